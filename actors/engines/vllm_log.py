@@ -1,0 +1,163 @@
+"""Read vLLM server logs and /metrics (formats of vLLM 0.26 on GPU and 0.32 on CPU).
+
+The sim's vLLM profile prints the same lines, so these parsers run against
+real logs (tests/fixtures/vllm) and the sim alike.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from actors.engines.base import LogEvent, MetricsSample, parse_prometheus
+
+__all__ = ["parse_vllm_line", "parse_vllm_metrics", "applied_from_events"]
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("kv_pool", re.compile(r"(?P<device>GPU|CPU) KV cache size: (?P<tokens>[\d,]+) tokens")),
+    ("max_concurrency", re.compile(
+        r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d,.]+)x")),
+    ("kv_memory", re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB")),
+    ("weights", re.compile(r"Model loading took (?P<gib>[\d.]+) GiB and (?P<s>[\d.]+) seconds")),
+    ("graph_capture", re.compile(
+        r"Graph capturing finished in (?P<s>[\d.]+) secs?, took (?P<gib>[-\d.]+) GiB")),
+    ("compile", re.compile(r"torch\.compile took (?P<s>[\d.]+) s in total")),
+    ("init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took "
+                        r"(?P<s>[\d.]+) s")),
+    ("attention_backend", re.compile(r"Using (?P<backend>\w+) attention backend")),
+    ("listening", re.compile(r"Starting (?:vLLM|sim) (?:API )?server on "
+                             r"(?P<url>https?://[\w.\-\[\]:]+:(?P<port>\d+))")),
+    ("stats", re.compile(r"Running: (?P<running>\d+) reqs, Waiting: (?P<waiting>\d+) reqs, "
+                         r"(?:GPU|CPU) KV cache usage: (?P<kv>[\d.]+)%")),
+    ("block_size", re.compile(r"(?:block_size|tokens per block)[=: ]+(?P<block_size>\d+)")),
+]
+
+_FATAL: list[tuple[str, re.Pattern[str]]] = [
+    ("startup_oom", re.compile(r"CUDA out of memory|OutOfMemoryError|No available memory for "
+                               r"the cache blocks|larger than the available KV cache memory|"
+                               r"Insufficient memory", re.I)),
+    ("port_in_use", re.compile(r"[Aa]ddress already in use")),
+    ("startup_crash", re.compile(r"Engine core initialization failed|EngineDeadError|"
+                                 r"Traceback \(most recent call last\)")),
+]
+
+_INIT = re.compile(r"Initializing a V1 LLM engine \((?P<version>[^)]+)\) with config: (?P<rest>.*)")
+_NON_DEFAULT = re.compile(r"non-default args: (?P<args>\{.*\})")
+_ENFORCE_EAGER = re.compile(r"Enforce eager set|Cudagraph is disabled under eager mode")
+
+
+def _init_fields(version: str, rest: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"version": version}
+    for key in ("dtype", "tensor_parallel_size", "quantization", "enforce_eager",
+                "kv_cache_dtype", "max_seq_len"):
+        m = re.search(rf"\b{key}=([^,]+)", rest)
+        if m:
+            out[key] = m.group(1).strip()
+    m = re.search(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)", rest)
+    if m:
+        out["cudagraph_mode"] = m.group(1)
+    return out
+
+
+def parse_vllm_line(line: str) -> list[LogEvent]:
+    """Events in one vLLM log line (see ``EngineAdapter.parse_log_line``)."""
+    events: list[LogEvent] = []
+    m = _INIT.search(line)
+    if m:
+        events.append(LogEvent("engine_config", _init_fields(m["version"], m["rest"]), line))
+        return events
+    m = _NON_DEFAULT.search(line)
+    if m:
+        try:
+            args = ast.literal_eval(m["args"])
+        except (ValueError, SyntaxError):
+            args = {}
+        events.append(LogEvent("args", args if isinstance(args, dict) else {}, line))
+        return events
+    if _ENFORCE_EAGER.search(line):
+        events.append(LogEvent("eager", {}, line))
+    for kind, pat in _PATTERNS:
+        m = pat.search(line)
+        if m:
+            data = {k: v for k, v in m.groupdict().items() if v is not None}
+            for k, v in list(data.items()):
+                if k not in ("device", "backend", "url") and re.fullmatch(r"-?[\d,.]+", v):
+                    data[k] = _num(v)
+            events.append(LogEvent(kind, data, line))
+    for failure, pat in _FATAL:
+        if pat.search(line):
+            events.append(LogEvent("fatal", {"failure": failure}, line))
+            break
+    return events
+
+
+def applied_from_events(events: list[LogEvent]) -> dict[str, Any]:
+    """What the server says it runs with: cuda_graphs, kv_dtype, weights, tp, max_num_seqs..."""
+    applied: dict[str, Any] = {}
+    for ev in events:
+        d = ev.data
+        if ev.kind == "engine_config":
+            applied["version"] = d.get("version")
+            if "tensor_parallel_size" in d:
+                applied["tp"] = int(d["tensor_parallel_size"])
+            if "kv_cache_dtype" in d:
+                applied["kv_dtype"] = "fp8" if d["kv_cache_dtype"].startswith("fp8") else \
+                    d["kv_cache_dtype"]
+            q = d.get("quantization", "None")
+            dtype = d.get("dtype", "")
+            applied["weights"] = ("fp8" if q.startswith("fp8") else
+                                  "fp16" if "float16" in dtype and "bfloat" not in dtype else
+                                  "bf16" if q == "None" else q)
+            if "enforce_eager" in d:
+                applied["enforce_eager"] = d["enforce_eager"] == "True"
+            if "cudagraph_mode" in d:
+                applied["cuda_graphs"] = d["cudagraph_mode"] != "NONE"
+        elif ev.kind == "args":
+            for src, dst in (("max_num_seqs", "max_num_seqs"),
+                             ("max_num_batched_tokens", "max_num_tokens"),
+                             ("max_model_len", "max_model_len")):
+                if src in d:
+                    applied[dst] = d[src]
+        elif ev.kind == "eager":
+            applied["cuda_graphs"] = False
+            applied["enforce_eager"] = True
+        elif ev.kind == "graph_capture":
+            applied["graphs_captured"] = True
+        elif ev.kind == "kv_pool":
+            applied["kv_pool_tokens"] = int(d["tokens"])
+            applied["device"] = d.get("device")
+        elif ev.kind == "attention_backend":
+            applied["attention_backend"] = d["backend"]
+    return applied
+
+
+def parse_vllm_metrics(text: str, t: float) -> MetricsSample:
+    """Normalise vLLM's Prometheus names (``vllm:`` prefix; older ``gpu_`` spellings too)."""
+    m = parse_prometheus(text)
+
+    def total(*names: str) -> float | None:
+        for name in names:
+            if name in m:
+                return sum(v for _, v in m[name])
+        return None
+
+    block_size = num_blocks = None
+    if "vllm:cache_config_info" in m:
+        labels = m["vllm:cache_config_info"][0][0]
+        if labels.get("block_size", "").isdigit():
+            block_size = int(labels["block_size"])
+        if labels.get("num_gpu_blocks", "").isdigit():
+            num_blocks = int(labels["num_gpu_blocks"])
+    scale = total("servesweep_sim_time_scale")
+    return MetricsSample(
+        t=t, running=total("vllm:num_requests_running"),
+        waiting=total("vllm:num_requests_waiting"),
+        kv_usage=total("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        preemptions_total=total("vllm:num_preemptions_total", "vllm:num_preemptions"),
+        block_size=block_size, num_blocks=num_blocks, time_scale=scale)

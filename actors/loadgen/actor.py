@@ -1,0 +1,82 @@
+"""``LoadGenerator``: the Ray actor that measures one server, placed on its node."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import ray
+
+from actors.engines import get_adapter
+from actors.loadgen.level import LevelRunner
+from actors.loadgen.prompts import PromptFactory, usable_token_ids
+from actors.loadgen.results import LevelResult, RequestRecord
+from orchestrator.spec import Workload
+
+__all__ = ["LoadGeneratorCore", "LoadGenerator", "records_csv"]
+
+CSV_FIELDS = ("level", "round", "index", "start_s", "ttft_ms", "e2e_ms", "chunks",
+              "chunk_tokens", "prompt_tokens", "completion_tokens", "error")
+
+
+def records_csv(rows: list[tuple[int, RequestRecord]], t0: float) -> str:
+    """Compact per-request artifact: one line per request, times relative to ``t0``."""
+    buf = io.StringIO()
+    out = csv.writer(buf)
+    out.writerow(CSV_FIELDS)
+    for level, r in rows:
+        ttft = "" if r.first_token is None else f"{1e3 * (r.first_token - r.start):.3f}"
+        out.writerow([level, r.round, r.index, f"{r.start - t0:.4f}", ttft,
+                      f"{1e3 * (r.end - r.start):.3f}", len(r.arrivals), r.chunk_tokens,
+                      r.prompt_tokens, r.completion_tokens, r.error or ""])
+    return buf.getvalue()
+
+
+class LoadGeneratorCore:
+    """Runs every concurrency level of a workload against ``base_url``.
+
+    ``run`` returns one ``LevelResult`` per level (as dicts, for Ray) and keeps
+    the per-request records for ``records_csv``. A level whose requests could
+    not even connect ends the run: the remaining levels are reported invalid
+    with the same reason instead of hammering a dead server.
+    """
+
+    def __init__(self, engine: str, base_url: str, model_name: str, workload: dict,
+                 vocab_size: int, tokenizer_dir: str | None = None, time_scale: float = 1.0,
+                 api_key: str | None = None):
+        self.workload = Workload.model_validate(workload)
+        adapter = get_adapter(engine)
+        ids = usable_token_ids(vocab_size, tokenizer_dir)
+        prompts = PromptFactory(ids, self.workload.prompt_tokens,
+                                self.workload.shared_prefix_tokens, seed=self.workload.seed)
+        self.runner = LevelRunner(base_url, model_name, self.workload, prompts,
+                                  parse_metrics=adapter.parse_metrics,
+                                  metrics_path=adapter.metrics_path, time_scale=time_scale,
+                                  api_key=api_key, per_chunk_usage=True)
+        self._rows: list[tuple[int, RequestRecord]] = []
+        self._t0: float | None = None
+
+    async def run_level(self, concurrency: int, level_index: int) -> dict:
+        import time
+
+        if self._t0 is None:
+            self._t0 = time.perf_counter()
+        res = await self.runner.run_level(concurrency, level_index)
+        self._rows.extend((level_index, r) for r in self.runner.last_records)
+        return res.model_dump()
+
+    async def run(self, levels: list[int] | None = None) -> list[dict]:
+        out: list[LevelResult] = []
+        for i, c in enumerate(levels or self.workload.concurrency):
+            res = LevelResult.model_validate(await self.run_level(c, i))
+            out.append(res)
+            dead = res.errors and set(res.errors) <= {"connect"}
+            if dead:
+                break
+        return [r.model_dump() for r in out]
+
+    def records_csv(self) -> str:
+        return records_csv(self._rows, self._t0 or 0.0)
+
+
+LoadGenerator = ray.remote(num_cpus=0)(LoadGeneratorCore)

@@ -1,0 +1,70 @@
+"""Prompts of an exact token length, distinct per request.
+
+For ``/v1/completions`` a prompt is a list of token ids (the OpenAI API accepts
+it), so no detokenise/retokenise round trip can change its length. The first
+tokens encode the request's index, so no two requests share a prefix (prefix
+caching cannot inflate results) unless ``shared_prefix`` asks for one.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+__all__ = ["PromptFactory", "usable_token_ids"]
+
+
+def usable_token_ids(vocab_size: int, tokenizer_dir: str | None = None) -> list[int]:
+    """Ids safe to send: the tokenizer's non-special ids when a tokenizer.json exists."""
+    if tokenizer_dir:
+        tok = Path(tokenizer_dir) / "tokenizer.json"
+        if tok.is_file():
+            data = json.loads(tok.read_text())
+            special = {t["id"] for t in data.get("added_tokens", []) if t.get("special")}
+            vocab = data.get("model", {}).get("vocab", {})
+            ids = sorted(i for i in (vocab.values() if isinstance(vocab, dict) else [])
+                         if i not in special)
+            if ids:
+                return ids
+    lo = min(100, vocab_size // 2)
+    return list(range(lo, vocab_size))
+
+
+class PromptFactory:
+    """Builds token-id prompts of ``length`` tokens; ``shared_prefix`` tokens common to all."""
+
+    def __init__(self, ids: list[int], length: int, shared_prefix: int = 0, seed: int = 0):
+        if len(ids) < 2:
+            raise ValueError("need at least two usable token ids")
+        self.ids, self.length, self.shared_prefix = ids, length, shared_prefix
+        rng = random.Random(seed)
+        self._prefix = [rng.choice(ids) for _ in range(shared_prefix)]
+        self._seed = seed
+
+    def _unique_head(self, index: int) -> list[int]:
+        base = len(self.ids)
+        head = []
+        n = index
+        for _ in range(4):  # base-|vocab| digits of the index: distinct for 4096^4 requests
+            head.append(self.ids[n % base])
+            n //= base
+        return head
+
+    def make(self, index: int, salt: int = 0) -> list[int]:
+        """The prompt of request ``index`` (``salt`` separates levels and rounds)."""
+        rng = random.Random(f"{self._seed}-{salt}-{index}")
+        body_len = self.length - self.shared_prefix
+        head = self._unique_head(index + salt * 1_000_003)[:body_len]
+        tail = [rng.choice(self.ids) for _ in range(body_len - len(head))]
+        return self._prefix + head + tail
+
+    def make_text(self, index: int, salt: int = 0) -> str:
+        """A text prompt of ``length`` words (for chat; counted exactly by the sim)."""
+        rng = random.Random(f"{self._seed}-{salt}-{index}-t")
+        words = [f"r{salt}x{index}"] + [rng.choice(_WORDS) for _ in range(self.length - 1)]
+        return " ".join(words)
+
+
+_WORDS = ("the of and to in is for that on with as by at from this be are it or an was "
+          "time data model server token batch cache memory graph queue").split()

@@ -1,0 +1,108 @@
+"""What the load generator measures: per-request records and per-level results.
+
+Times in ``RequestRecord`` are raw ``time.perf_counter()`` seconds of the
+client. ``LevelResult`` holds engine-time numbers: for a sim running at
+``time_scale`` s < 1, latencies were divided by s and throughputs multiplied
+by s, so they read as if the simulated GPU ran in real time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["RequestRecord", "LevelMetrics", "ServerObservation", "ClientHealth", "RoundResult",
+           "LevelResult", "LEVEL_FLAGS"]
+
+#: Flags a valid level can carry.
+LEVEL_FLAGS = ("noisy", "client_bound", "queueing_mismatch", "usage_reconciled", "unpaced")
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request as the client saw it."""
+
+    index: int
+    round: int  # -1: warm-up
+    start: float = 0.0
+    end: float = 0.0
+    first_token: float | None = None
+    arrivals: list[float] = field(default_factory=list)  # time of each chunk with tokens
+    counts: list[int] = field(default_factory=list)  # tokens in that chunk
+    prompt_tokens: int | None = None  # from usage
+    completion_tokens: int | None = None  # from usage
+    chunk_tokens: int = 0  # tokens counted from chunks
+    error: str | None = None  # classified kind, e.g. http_500, stall, disconnect
+    error_detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LevelMetrics(_M):
+    """Median-round throughput and pooled latency percentiles of one concurrency level."""
+
+    output_tok_s: float
+    total_tok_s: float
+    requests_s: float
+    ttft_p50_ms: float | None = None
+    ttft_p90_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    e2e_p50_ms: float | None = None
+    e2e_p99_ms: float | None = None
+    decode_tok_s_per_req_p50: float | None = None
+    round_spread: float = 0.0
+
+
+class ServerObservation(_M):
+    """What ``/metrics`` said during the level (None: not reported by the engine)."""
+
+    samples: int = 0
+    running_max: float | None = None
+    running_p50: float | None = None
+    waiting_max: float | None = None
+    waiting_p50: float | None = None
+    kv_usage_max: float | None = None
+    preemptions: float | None = None
+    block_size: int | None = None
+    num_blocks: int | None = None
+
+
+class ClientHealth(_M):
+    loop_lag_p99_ms: float
+    cpu_frac: float
+
+
+class RoundResult(_M):
+    round: int
+    requests: int
+    duration_s: float
+    output_tok_s: float
+
+
+class LevelResult(_M):
+    """One concurrency level of one trial."""
+
+    concurrency: int
+    status: Literal["valid", "invalid"]
+    flags: list[str] = Field(default_factory=list)
+    reason: str = ""
+    requests: int = 0
+    metrics: LevelMetrics | None = None
+    rounds: list[RoundResult] = Field(default_factory=list)
+    errors: dict[str, int] = Field(default_factory=dict)
+    count_mismatches: int = 0
+    server: ServerObservation = ServerObservation()
+    client: ClientHealth | None = None
+    time_scale: float = 1.0
+    wall_s: float = 0.0

@@ -1,0 +1,65 @@
+"""Everything a sim server process needs, as one JSON-serialisable model."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from actors.sim.hardware import get_hardware
+from actors.sim.perf import PROFILES, MemoryPlan, SimConfig
+from actors.sim.predict import build_engine
+from actors.sim.scheduler import SimEngine
+from actors.sim.shapes import ModelShape
+
+__all__ = ["Fault", "SimServerConfig", "parse_fault"]
+
+FaultKind = Literal["none", "oom", "crash_after", "stall_after", "unhealthy", "slow_start"]
+
+
+class Fault(BaseModel):
+    """An injected failure: ``kind`` and its number (requests, tokens or seconds)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: FaultKind = "none"
+    value: float = 0
+
+
+def parse_fault(text: str | None) -> Fault:
+    """``"crash_after:3"`` -> Fault(kind="crash_after", value=3); None or "" -> no fault."""
+    if not text:
+        return Fault()
+    kind, _, value = str(text).partition(":")
+    return Fault(kind=kind, value=float(value or 0))  # type: ignore[arg-type]
+
+
+class SimServerConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    profile: str
+    hardware: str
+    shape: ModelShape
+    settings: SimConfig
+    served_name: str
+    max_model_len: int = Field(gt=0)
+    time_scale: float = Field(default=1.0, ge=0, le=1)
+    seed: int = 0
+    jitter: float = Field(default=0.005, ge=0, lt=0.5)
+    fault: Fault = Fault()
+    host: str = "127.0.0.1"
+    port: int = 0
+    trace: bool = False
+    stats_interval_s: float = Field(default=10.0, gt=0)
+    stream_interval: int = Field(default=1, ge=1)
+
+    @field_validator("profile")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in PROFILES:
+            raise ValueError(f"unknown sim profile {v!r}; use one of {sorted(PROFILES)}")
+        return v
+
+    def build(self) -> tuple[SimEngine, MemoryPlan]:
+        return build_engine(self.shape, get_hardware(self.hardware), self.profile, self.settings,
+                            seed=self.seed, jitter=self.jitter)

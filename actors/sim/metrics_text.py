@@ -1,0 +1,31 @@
+"""The sim's ``/metrics`` in Prometheus text, with vLLM's metric names."""
+
+from __future__ import annotations
+
+from actors.sim.perf import MemoryPlan
+from actors.sim.scheduler import SimEngine
+
+__all__ = ["render_metrics"]
+
+
+def render_metrics(cfg, engine: SimEngine, mem: MemoryPlan) -> str:
+    lab = f'engine="0",model_name="{cfg.served_name}"'
+    rows = [
+        ("gauge", "vllm:num_requests_running", lab, len(engine.running)),
+        ("gauge", "vllm:num_requests_waiting", lab, len(engine.waiting)),
+        ("gauge", "vllm:kv_cache_usage_perc", lab, round(engine.kv_usage, 6)),
+        ("counter", "vllm:num_preemptions_total", lab, engine.preemptions_total),
+        ("counter", "vllm:prompt_tokens_total", lab, engine.prompt_tokens_total),
+        ("counter", "vllm:generation_tokens_total", lab, engine.generation_tokens_total),
+        ("gauge", "vllm:cache_config_info",
+         f'block_size="{mem.block_size}",cache_dtype="{cfg.settings.kv_dtype}",'
+         f'engine="0",num_gpu_blocks="{mem.blocks}"', 1.0),
+        ("gauge", "servesweep_sim_time_scale", "", cfg.time_scale),
+        ("counter", "servesweep_sim_iterations_total", "", engine.iterations),
+        ("gauge", "servesweep_sim_seconds", "", round(engine.now, 6)),
+    ]
+    out = []
+    for kind, name, labels, value in rows:
+        out.append(f"# TYPE {name} {kind}")
+        out.append(f"{name}{{{labels}}} {value}" if labels else f"{name} {value}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,308 @@
+"""The sim engine's OpenAI-compatible HTTP server (aiohttp).
+
+Endpoints: ``/health``, ``/v1/models``, ``/v1/completions`` and
+``/v1/chat/completions`` (SSE streaming with ``usage``, per-chunk usage when
+``stream_options.continuous_usage_stats``), ``/metrics`` (Prometheus text) and
+``stream_interval`` k > 1 sends a chunk every k tokens (the first at once), as vLLM's
+``--stream-interval`` does; per-chunk usage says how many tokens each carried.
+``/sim/trace`` (when started with ``--trace``: the monotonic time each token
+was written, per ``X-Request-Id``; the load generator's accuracy benchmark
+reads it as ground truth).
+
+One engine loop runs the ``SimEngine``: each iteration's simulated duration
+is slept for ``duration * time_scale`` of real time (0: as fast as possible),
+then every sequence that produced a token gets it. Startup prints log lines in
+the imitated engine's own format (see ``actors.sim.startup_log``) and then
+``Starting sim server on http://HOST:PORT``; ``--port 0`` lets the OS choose.
+
+Faults (``--fault``): ``oom`` exits at start with a CUDA-OOM-like message,
+``crash_after:N`` exits after N finished requests, ``stall_after:N`` stops
+emitting after N generated tokens (health stays OK: a hang), ``unhealthy``
+answers /health with 503 forever, ``slow_start:S`` sleeps S seconds first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+
+from aiohttp import web
+
+from actors.sim.config import SimServerConfig
+from actors.sim.metrics_text import render_metrics
+from actors.sim.scheduler import Seq
+from actors.sim.startup_log import oom_lines, startup_lines, stats_line
+
+__all__ = ["SimServer", "main"]
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
+
+
+class SimServer:
+    """Holds the engine, the HTTP app and the engine loop."""
+
+    def __init__(self, cfg: SimServerConfig):
+        self.cfg = cfg
+        self.engine, self.memory = cfg.build()
+        self.scale = cfg.time_scale
+        self.wake = asyncio.Event()
+        self.finished_requests = 0
+        self.trace: dict[str, list[float]] | None = {} if cfg.trace else None
+        self.stalled = False
+        self._stats_prev = (0, 0, time.monotonic())
+        self.app = web.Application()
+        self.app.add_routes([
+            web.get("/health", self.health), web.get("/v1/models", self.models),
+            web.post("/v1/completions", self.completions),
+            web.post("/v1/chat/completions", self.chat), web.get("/metrics", self.metrics),
+            web.get("/sim/trace", self.get_trace),
+        ])
+
+    # -- engine loop ------------------------------------------------------------------------
+    async def engine_loop(self) -> None:
+        target = time.monotonic()
+        while True:
+            if self.engine.idle or self.stalled:
+                self.wake.clear()
+                await self.wake.wait()
+                target = time.monotonic()
+            out = self.engine.step()
+            if out is None:  # nothing schedulable: wait for a change
+                self.wake.clear()
+                await self.wake.wait()
+                target = time.monotonic()
+                continue
+            target += out.duration * self.scale
+            delay = target - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                await asyncio.sleep(0)
+                if delay < -0.05:  # fell behind (overloaded host): do not burst to catch up
+                    target = time.monotonic()
+            fault = self.cfg.fault
+            if fault.kind == "stall_after" and self.engine.generation_tokens_total >= fault.value:
+                self.stalled = True
+                _log("WARNING sim: stalling (fault injection); health stays OK")
+            for seq in out.emitted:
+                seq.user.put_nowait(seq.generated)
+            for seq in out.finished:
+                seq.user.put_nowait(None)
+                self.finished_requests += 1
+                if fault.kind == "crash_after" and self.finished_requests >= fault.value:
+                    _log("ERROR sim: engine core died unexpectedly (fault injection)")
+                    os._exit(3)
+
+    async def stats_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.stats_interval_s)
+            p0, g0, t0 = self._stats_prev
+            now = time.monotonic()
+            e = self.engine
+            _log(stats_line(self.cfg.profile, (e.prompt_tokens_total - p0) / (now - t0),
+                            (e.generation_tokens_total - g0) / (now - t0), len(e.running),
+                            len(e.waiting), e.kv_usage))
+            self._stats_prev = (e.prompt_tokens_total, e.generation_tokens_total, now)
+
+    # -- handlers ---------------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        if self.cfg.fault.kind == "unhealthy":
+            return web.Response(status=503, text="unhealthy (fault injection)")
+        return web.Response(text="ok")
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{
+            "id": self.cfg.served_name, "object": "model", "owned_by": "servesweep-sim",
+            "max_model_len": self.cfg.max_model_len}]})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        text = render_metrics(self.cfg, self.engine, self.memory)
+        return web.Response(text=text, content_type="text/plain")
+
+    async def get_trace(self, request: web.Request) -> web.Response:
+        if self.trace is None:
+            return web.json_response({"error": "start the server with --trace"}, status=404)
+        return web.json_response(self.trace)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    def _bad(self, msg: str) -> web.Response:
+        return web.json_response({"error": {"message": msg, "type": "BadRequestError",
+                                            "code": 400}}, status=400)
+
+    def _prompt_len(self, body: dict, chat: bool) -> int | None:
+        if chat:
+            msgs = body.get("messages")
+            if not isinstance(msgs, list) or not msgs:
+                return None
+            # a chat template adds a few tokens per message; text is counted by words
+            return sum(4 + len(str(m.get("content", "")).split()) for m in msgs) + 3
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            return len(prompt)
+        if isinstance(prompt, str):
+            return max(1, len(prompt.split()))
+        return None
+
+    def _output_len(self, body: dict, rid: str) -> int:
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        min_tokens = int(body.get("min_tokens") or 0)
+        if body.get("ignore_eos") or min_tokens >= max_tokens:
+            return max_tokens
+        # without ignore_eos the "model" stops at an EOS somewhere in [min, max]
+        h = int.from_bytes(uuid.uuid5(uuid.NAMESPACE_OID, rid).bytes[:4], "big")
+        return max(1, min_tokens + h % (max_tokens - min_tokens + 1))
+
+    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return self._bad("body is not JSON")
+        plen = self._prompt_len(body, chat)
+        if plen is None:
+            return self._bad("prompt (token ids or text) or messages required")
+        rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        n_out = self._output_len(body, rid)
+        if plen + n_out > self.cfg.max_model_len:
+            return self._bad(f"This model's maximum context length is {self.cfg.max_model_len} "
+                             f"tokens. However, you requested {plen + n_out} tokens.")
+        queue: asyncio.Queue = asyncio.Queue()
+        seq = self.engine.add(rid, plen, n_out, user=queue)
+        self.wake.set()
+        stream = bool(body.get("stream"))
+        opts = body.get("stream_options") or {}
+        try:
+            if stream:
+                return await self._stream(request, seq, queue, chat, opts)
+            return await self._whole(seq, queue, chat)
+        finally:
+            if seq.state in ("waiting", "running"):
+                self.engine.abort(seq)
+
+    @staticmethod
+    def _usage(seq: Seq, generated: int | None = None) -> str:
+        n = seq.generated if generated is None else generated
+        return (f'{{"prompt_tokens":{seq.prompt_len},"completion_tokens":{n},'
+                f'"total_tokens":{seq.prompt_len + n}}}')
+
+    async def _whole(self, seq: Seq, queue: asyncio.Queue, chat: bool) -> web.Response:
+        while await queue.get() is not None:
+            pass
+        text = "".join(f" t{i}" for i in range(seq.generated))
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text},
+                   "finish_reason": "length"} if chat else
+                  {"index": 0, "text": text, "finish_reason": "length"})
+        return web.json_response({
+            "id": f"cmpl-{seq.rid}", "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()), "model": self.cfg.served_name, "choices": [choice],
+            "usage": json.loads(self._usage(seq))})
+
+    async def _stream(self, request: web.Request, seq: Seq, queue: asyncio.Queue, chat: bool,
+                      opts: dict) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        per_chunk = bool(opts.get("continuous_usage_stats"))
+        head = (f'data: {{"id":"chatcmpl-{seq.rid}","object":"chat.completion.chunk",'
+                f'"created":{int(time.time())},"model":"{self.cfg.served_name}","choices":'
+                if chat else
+                f'data: {{"id":"cmpl-{seq.rid}","object":"text_completion",'
+                f'"created":{int(time.time())},"model":"{self.cfg.served_name}","choices":')
+        trace = None
+        if self.trace is not None:
+            trace = self.trace.setdefault(seq.rid, [])
+        first = True
+        sent = 0
+        while True:
+            item = await queue.get()  # tokens generated so far; None when finished
+            finished = item is None
+            i = sent if finished else item
+            while not queue.empty():  # the client fell behind: one chunk for all tokens
+                nxt = queue.get_nowait()
+                finished = finished or nxt is None
+                i = i if nxt is None else nxt
+            due = first or finished or i >= seq.max_tokens or i - sent >= self.cfg.stream_interval
+            if i > sent and due:
+                if chat:
+                    role = '"role":"assistant",' if first else ""
+                    choice = f'[{{"index":0,"delta":{{{role}"content":" t{i}"}},"finish_reason":'
+                else:
+                    choice = f'[{{"index":0,"text":" t{i}","logprobs":null,"finish_reason":'
+                fin = '"length"' if i >= seq.max_tokens else "null"
+                usage = f',"usage":{self._usage(seq, i)}' if per_chunk else ""
+                await resp.write(f"{head}{choice}{fin}}}]{usage}}}\n\n".encode())
+                if trace is not None:
+                    trace.extend([time.monotonic()] * (i - sent))
+                sent = i
+                first = False
+            if finished or i >= seq.max_tokens:
+                break
+        if opts.get("include_usage"):
+            await resp.write(f'{head}[],"usage":{self._usage(seq)}}}\n\n'.encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+async def _serve(cfg: SimServerConfig) -> None:
+    fault = cfg.fault
+    if fault.kind == "slow_start":
+        await asyncio.sleep(fault.value)
+    server = SimServer(cfg)
+    if fault.kind == "oom" or server.memory.kv_tokens < cfg.max_model_len:
+        for line in oom_lines(cfg, server.memory):
+            _log(line)
+        sys.exit(1)
+    t0 = time.monotonic()
+    for line in startup_lines(cfg, server.memory):
+        _log(line)
+    runner = web.AppRunner(server.app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.host, cfg.port, backlog=4096)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    _log(f"INFO sim: init engine took {time.monotonic() - t0:.2f} s")
+    if cfg.profile == "trtllm":
+        _log(f"INFO:     Uvicorn running on http://{cfg.host}:{port} (Press CTRL+C to quit)")
+    else:
+        _log(f"INFO sim: Starting sim server on http://{cfg.host}:{port}")
+    tasks = [asyncio.create_task(server.engine_loop()), asyncio.create_task(server.stats_loop())]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    _log("INFO sim: shutting down")
+    for t in tasks:
+        t.cancel()
+    await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m actors.sim.server", description=__doc__)
+    ap.add_argument("--config", required=True, help="JSON file of a SimServerConfig")
+    ap.add_argument("--host", default=None)
+    ap.add_argument("--port", type=int, default=None)
+    args = ap.parse_args(argv)
+    cfg = SimServerConfig.model_validate_json(open(args.config).read())
+    updates = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    if updates:
+        cfg = cfg.model_copy(update=updates)
+    asyncio.run(_serve(cfg))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""Winners per concurrency, crossovers and the Pareto front (pandas).
+
+Winner at a level: among valid levels that meet the spec's SLOs there, the
+highest output tokens/s. The margin to the runner-up is reported and called
+"within noise" when it is under the noise band. A crossover is a pair of
+adjacent levels whose winners differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from orchestrator.results import TrialResult
+from orchestrator.spec import SLO
+
+__all__ = ["levels_frame", "Winner", "Crossover", "winners", "crossovers", "pareto_front",
+           "summary"]
+
+_METRICS = ("output_tok_s", "total_tok_s", "requests_s", "ttft_p50_ms", "ttft_p90_ms",
+            "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "tpot_p50_ms", "e2e_p50_ms",
+            "e2e_p99_ms", "round_spread")
+
+
+def levels_frame(results: list[TrialResult]) -> pd.DataFrame:
+    """One row per (trial, concurrency) with status, flags and metrics."""
+    rows = []
+    for r in results:
+        for lv in r.levels:
+            row = {"key": r.key, "label": r.config.label(), "engine": r.config.engine,
+                   "profile": r.config.profile, "tp": r.config.tp, "trial_status": r.status.value,
+                   "concurrency": lv.concurrency, "level_status": lv.status,
+                   "flags": ",".join(lv.flags), "running_max": lv.server.running_max,
+                   "waiting_max": lv.server.waiting_max, "preemptions": lv.server.preemptions}
+            for m in _METRICS:
+                row[m] = getattr(lv.metrics, m) if lv.metrics else None
+            rows.append(row)
+    cols = ["key", "label", "engine", "profile", "tp", "trial_status", "concurrency",
+            "level_status", "flags", "running_max", "waiting_max", "preemptions", *_METRICS]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _meets_slo(df: pd.DataFrame, slo: SLO) -> pd.Series:
+    ok = pd.Series(True, index=df.index)
+    for field, col in (("ttft_p99_ms", "ttft_p99_ms"), ("itl_p99_ms", "itl_p99_ms"),
+                       ("e2e_p99_ms", "e2e_p99_ms")):
+        limit = getattr(slo, field)
+        if limit is not None:
+            ok &= df[col].notna() & (df[col] <= limit)
+    return ok
+
+
+@dataclass(frozen=True)
+class Winner:
+    concurrency: int
+    key: str | None
+    label: str | None
+    output_tok_s: float | None
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    itl_p50_ms: float | None
+    runner_up: str | None
+    margin: float | None  # (winner - runner-up) / runner-up
+    within_noise: bool
+    candidates: int
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Crossover:
+    between: tuple[int, int]
+    from_label: str
+    to_label: str
+
+
+def winners(results: list[TrialResult], slo: SLO, band: float = 0.05) -> list[Winner]:
+    df = levels_frame(results)
+    out = []
+    if df.empty:
+        return out
+    for c in sorted(df["concurrency"].unique()):
+        at = df[(df["concurrency"] == c) & (df["level_status"] == "valid")
+                & df["output_tok_s"].notna()]
+        eligible = at[_meets_slo(at, slo)].sort_values("output_tok_s", ascending=False)
+        if eligible.empty:
+            note = ("no valid level meets the SLO" if not at.empty else "no valid level")
+            out.append(Winner(int(c), None, None, None, None, None, None, None, None, False,
+                              0, note))
+            continue
+        best = eligible.iloc[0]
+        runner = eligible.iloc[1] if len(eligible) > 1 else None
+        margin = None
+        if runner is not None and runner["output_tok_s"] > 0:
+            margin = best["output_tok_s"] / runner["output_tok_s"] - 1
+        out.append(Winner(
+            concurrency=int(c), key=best["key"], label=best["label"],
+            output_tok_s=float(best["output_tok_s"]), ttft_p50_ms=_f(best["ttft_p50_ms"]),
+            ttft_p99_ms=_f(best["ttft_p99_ms"]), itl_p50_ms=_f(best["itl_p50_ms"]),
+            runner_up=None if runner is None else runner["label"], margin=margin,
+            within_noise=margin is not None and margin < band, candidates=len(eligible),
+            note=best["flags"]))
+    return out
+
+
+def _f(x: object) -> float | None:
+    return None if x is None or pd.isna(x) else float(x)  # type: ignore[arg-type]
+
+
+def crossovers(ws: list[Winner]) -> list[Crossover]:
+    out = []
+    for a, b in zip(ws, ws[1:]):
+        if a.key and b.key and a.key != b.key:
+            out.append(Crossover((a.concurrency, b.concurrency), a.label or "", b.label or ""))
+    return out
+
+
+def pareto_front(results: list[TrialResult], concurrency: int) -> pd.DataFrame:
+    """Valid levels at ``concurrency`` not beaten on both throughput and TTFT p99."""
+    df = levels_frame(results)
+    at = df[(df["concurrency"] == concurrency) & (df["level_status"] == "valid")]
+    at = at.dropna(subset=["output_tok_s", "ttft_p99_ms"])
+    keep = []
+    for i, row in at.iterrows():
+        dominated = ((at["output_tok_s"] >= row["output_tok_s"])
+                     & (at["ttft_p99_ms"] <= row["ttft_p99_ms"])
+                     & ((at["output_tok_s"] > row["output_tok_s"])
+                        | (at["ttft_p99_ms"] < row["ttft_p99_ms"]))).any()
+        if not dominated:
+            keep.append(i)
+    return at.loc[keep].sort_values("output_tok_s", ascending=False)
+
+
+def summary(results: list[TrialResult], slo: SLO, band: float) -> dict:
+    """Everything ``report --json`` prints besides the trials themselves."""
+    ws = winners(results, slo, band)
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    return {"counts": counts, "winners": [asdict(w) for w in ws],
+            "crossovers": [asdict(c) for c in crossovers(ws)]}

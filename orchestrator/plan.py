@@ -1,0 +1,67 @@
+"""Expand a spec's space into trials and prune the infeasible ones, with reasons."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from actors.sim.shapes import ModelShape, load_shape
+from orchestrator.feasibility import infeasible_reason
+from orchestrator.spec import AXES, SpaceEntry, SweepSpec, TrialConfig
+
+__all__ = ["PlannedTrial", "expand_entry", "plan_sweep", "spec_shape"]
+
+
+@dataclass(frozen=True)
+class PlannedTrial:
+    config: TrialConfig
+    entry_index: int  # which space entry produced it (for its launch options)
+    reason: str | None = None  # why it is infeasible; None: runnable
+
+    @property
+    def feasible(self) -> bool:
+        return self.reason is None
+
+
+def expand_entry(entry: SpaceEntry) -> list[TrialConfig]:
+    """The cross product of an entry's axes (and its extras), in declaration order."""
+    axes = [getattr(entry, a) for a in AXES]
+    extra_keys = sorted(entry.extras)
+    extra_vals = [entry.extras[k] for k in extra_keys]
+    out = []
+    for combo in itertools.product(*axes, *extra_vals):
+        fields = dict(zip(AXES, combo[: len(AXES)]))
+        extras = dict(zip(extra_keys, combo[len(AXES):]))
+        if entry.engine == "sim" and fields["profile"] is None:
+            fields["profile"] = "vllm"
+        out.append(TrialConfig(engine=entry.engine, extras=extras, **fields))
+    return out
+
+
+def spec_shape(spec: SweepSpec) -> ModelShape | None:
+    """The model's shape when known locally (preset, or a directory with config.json)."""
+    try:
+        return load_shape(spec.model.preset, spec.model.path)
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+
+
+def default_gpus_per_node(spec: SweepSpec) -> int | None:
+    if spec.cluster.address is None and spec.cluster.gpus is not None:
+        return spec.cluster.gpus
+    return None
+
+
+def plan_sweep(spec: SweepSpec, gpus_per_node: int | None = None) -> list[PlannedTrial]:
+    """Every distinct trial of the space, each with an infeasibility reason or None."""
+    shape = spec_shape(spec)
+    gpn = gpus_per_node if gpus_per_node is not None else default_gpus_per_node(spec)
+    seen: set[str] = set()
+    planned = []
+    for i, entry in enumerate(spec.space):
+        for cfg in expand_entry(entry):
+            if cfg.key() in seen:
+                continue
+            seen.add(cfg.key())
+            planned.append(PlannedTrial(cfg, i, infeasible_reason(cfg, spec, shape, gpn)))
+    return planned

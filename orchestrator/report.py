@@ -1,0 +1,128 @@
+"""What a user reads at the end: tables of winners and crossovers, plots, JSON for scripts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from orchestrator.analysis import crossovers, levels_frame, winners
+from orchestrator.results import TrialResult, TrialStatus
+from orchestrator.spec import SweepSpec
+
+__all__ = ["render_text", "report_json", "write_plots"]
+
+
+def _n(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(out)
+
+
+def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
+                tracking_hint: str = "") -> str:
+    band = spec.workload.noise_band
+    ws = winners(results, spec.slo, band)
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    w = spec.workload
+    parts = [f"Sweep {sweep_id}: {len(results)} trials "
+             f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); "
+             f"{w.prompt_tokens} prompt + {w.output_tokens} output tokens per request"]
+    if any(r.time_scale != 1.0 for r in results):
+        parts.append("(sim time scaled: latencies and throughputs shown in simulated time)")
+    rows = []
+    for win in ws:
+        if win.key is None:
+            rows.append([str(win.concurrency), "-", "-", "-", "-", "-", win.note])
+            continue
+        margin = "-" if win.margin is None else f"+{100 * win.margin:.1f}%"
+        if win.within_noise:
+            margin += " (within noise)"
+        rows.append([str(win.concurrency), win.label or "", _n(win.output_tok_s, ".1f"),
+                     _n(win.ttft_p50_ms, ".1f"), _n(win.ttft_p99_ms, ".1f"),
+                     _n(win.itl_p50_ms, ".2f"), f"{margin} vs {win.runner_up or '-'}"])
+    parts.append("\nWinner per concurrency (highest output tok/s among valid levels"
+                 + (" meeting the SLO" if spec.slo.model_dump(exclude_none=True) else "") + "):")
+    parts.append(_table(["conc", "winner", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
+                         "ITL p50 ms", "margin to runner-up"], rows))
+    xs = crossovers(ws)
+    if xs:
+        parts.append("\nCrossover(s):")
+        for x in xs:
+            parts.append(f"  between c={x.between[0]} and c={x.between[1]}: "
+                         f"{x.from_label}  ->  {x.to_label}")
+    else:
+        parts.append("\nNo crossover: one configuration wins at every level."
+                     if any(win.key for win in ws) else "\nNo winner at any level.")
+    bad = [r for r in results if r.status in (TrialStatus.FAILED, TrialStatus.INFEASIBLE,
+                                              TrialStatus.INVALID)]
+    if bad:
+        parts.append("\nTrials that did not fully count:")
+        for r in bad:
+            parts.append(f"  {r.status.value:<10} {r.config.label()}: {r.reason}"
+                         + (f" - {r.message[:160]}" if r.message and r.message != r.reason
+                            else ""))
+    if tracking_hint:
+        parts.append("\n" + tracking_hint)
+    return "\n".join(parts)
+
+
+def report_json(spec: SweepSpec, results: list[TrialResult], sweep_id: str) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    ws = winners(results, spec.slo, spec.workload.noise_band)
+    return {
+        "sweep_id": sweep_id, "spec_name": spec.name,
+        "workload": spec.workload.model_dump(mode="json"),
+        "trials": [{"key": r.key, "label": r.config.label(), "status": r.status.value,
+                    "reason": r.reason, "message": r.message,
+                    "config": r.config.model_dump(mode="json"),
+                    "startup_s": r.startup_s, "time_scale": r.time_scale,
+                    "capacity": r.capacity.model_dump() if r.capacity else None,
+                    "levels": [lv.model_dump(mode="json") for lv in r.levels]}
+                   for r in results],
+        "winners": [asdict(w) for w in ws],
+        "crossovers": [asdict(c) for c in crossovers(ws)],
+    }
+
+
+def write_plots(results: list[TrialResult], out_dir: Path) -> list[Path]:
+    """Throughput and TTFT p99 against concurrency, one line per trial (PNG files)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    df = levels_frame(results)
+    df = df[df["level_status"] == "valid"]
+    if df.empty:
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for metric, title, fname in (("output_tok_s", "Output tokens/s", "throughput.png"),
+                                 ("ttft_p99_ms", "TTFT p99 (ms)", "ttft_p99.png"),
+                                 ("itl_p50_ms", "Inter-token latency p50 (ms)", "itl_p50.png")):
+        fig, ax = plt.subplots(figsize=(9, 5.5))
+        for label, g in df.groupby("label"):
+            g = g.sort_values("concurrency")
+            ax.plot(g["concurrency"], g[metric], marker="o", label=label, linewidth=1.2)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency (requests in flight)")
+        ax.set_ylabel(title)
+        ax.set_title(f"{title} by concurrency")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+        fig.tight_layout()
+        path = out_dir / fname
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
