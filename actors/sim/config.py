@@ -14,7 +14,8 @@ from actors.sim.shapes import ModelShape
 
 __all__ = ["Fault", "SimServerConfig", "parse_fault"]
 
-FaultKind = Literal["none", "oom", "crash_after", "stall_after", "unhealthy", "slow_start"]
+FaultKind = Literal["none", "oom", "crash_after", "stall_after", "unhealthy", "slow_start",
+                    "disconnect_after", "error_every", "short_by"]
 
 
 class Fault(BaseModel):
@@ -27,7 +28,13 @@ class Fault(BaseModel):
 
 
 def parse_fault(text: str | None) -> Fault:
-    """``"crash_after:3"`` -> Fault(kind="crash_after", value=3); None or "" -> no fault."""
+    """``"crash_after:3"`` -> Fault(kind="crash_after", value=3); None or "" -> no fault.
+
+    Server faults: ``oom``, ``crash_after:N`` (requests), ``stall_after:N`` (tokens),
+    ``unhealthy``, ``slow_start:S``. Stream faults, for testing clients:
+    ``disconnect_after:N`` (close each stream after N tokens), ``error_every:N`` (every
+    Nth request gets HTTP 500), ``short_by:K`` (decode K fewer tokens than asked).
+    """
     if not text:
         return Fault()
     kind, _, value = str(text).partition(":")

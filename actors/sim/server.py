@@ -15,10 +15,13 @@ then every sequence that produced a token gets it. Startup prints log lines in
 the imitated engine's own format (see ``actors.sim.startup_log``) and then
 ``Starting sim server on http://HOST:PORT``; ``--port 0`` lets the OS choose.
 
-Faults (``--fault``): ``oom`` exits at start with a CUDA-OOM-like message,
-``crash_after:N`` exits after N finished requests, ``stall_after:N`` stops
-emitting after N generated tokens (health stays OK: a hang), ``unhealthy``
-answers /health with 503 forever, ``slow_start:S`` sleeps S seconds first.
+Faults (``SimServerConfig.fault``): ``oom`` exits at start with a CUDA-OOM-like
+message, ``crash_after:N`` exits after N finished requests, ``stall_after:N``
+stops emitting after N generated tokens (health stays OK: a hang),
+``unhealthy`` answers /health with 503 forever, ``slow_start:S`` sleeps S
+seconds first; for client tests ``disconnect_after:N`` drops each stream after
+N tokens, ``error_every:N`` answers every Nth request with HTTP 500 and
+``short_by:K`` decodes K fewer tokens than asked.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class SimServer:
         self.scale = cfg.time_scale
         self.wake = asyncio.Event()
         self.finished_requests = 0
+        self.requests_seen = 0
         self.trace: dict[str, list[float]] | None = {} if cfg.trace else None
         self.stalled = False
         self._stats_prev = (0, 0, time.monotonic())
@@ -174,6 +178,13 @@ class SimServer:
             return self._bad("prompt (token ids or text) or messages required")
         rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         n_out = self._output_len(body, rid)
+        fault = self.cfg.fault
+        self.requests_seen += 1
+        if fault.kind == "error_every" and self.requests_seen % max(int(fault.value), 1) == 0:
+            return web.json_response({"error": {"message": "injected failure", "type":
+                                                "InternalServerError", "code": 500}}, status=500)
+        if fault.kind == "short_by":
+            n_out = max(1, n_out - int(fault.value))
         if plen + n_out > self.cfg.max_model_len:
             return self._bad(f"This model's maximum context length is {self.cfg.max_model_len} "
                              f"tokens. However, you requested {plen + n_out} tokens.")
@@ -246,6 +257,9 @@ class SimServer:
                     trace.extend([time.monotonic()] * (i - sent))
                 sent = i
                 first = False
+                if self.cfg.fault.kind == "disconnect_after" and sent >= self.cfg.fault.value:
+                    request.transport.close()  # drop the connection mid-stream
+                    return resp
             if finished or i >= seq.max_tokens:
                 break
         if opts.get("include_usage"):
