@@ -1,0 +1,91 @@
+"""A small sweep on real (local) Ray with the sim engine, tracked in a real MLflow store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from orchestrator.cli import main
+from orchestrator.ledger import Ledger
+from tests.conftest import minimal_spec
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    home = tmp_path_factory.mktemp("state")
+    spec = minimal_spec(name="skeleton")
+    spec["space"] = [{"engine": "sim", "profile": ["vllm", "trtllm"], "kv_dtype": ["auto"]},
+                     {"engine": "sim", "profile": "vllm", "tp": 4}]  # > 2 GPUs: infeasible
+    path = home / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SERVESWEEP_HOME", str(home))
+    mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+    try:
+        code = main(["run", str(path), "--quiet"])
+        ledger = Ledger.open("latest")
+        report = main(["report", "latest", "--json"])
+    finally:
+        mp.undo()
+    return {"code": code, "home": home, "ledger": ledger, "report_code": report}
+
+
+def test_sweep_completes_with_results_in_the_ledger(sweep):
+    assert sweep["code"] == 0
+    results = sweep["ledger"].results()
+    statuses = sorted(r.status.value for r in results.values())
+    assert statuses == ["infeasible", "ok", "ok"]
+    infeasible = next(r for r in results.values() if r.status.value == "infeasible")
+    assert "exceeds the 2 GPUs" in infeasible.reason
+    for r in results.values():
+        if r.status.value != "ok":
+            continue
+        assert [lv.concurrency for lv in r.levels] == [1, 4]
+        for lv in r.levels:
+            assert lv.status == "valid"
+            assert lv.count_mismatches == 0 and not lv.errors
+            assert lv.metrics.output_tok_s > 0 and lv.metrics.ttft_p50_ms > 0
+        assert r.applied["cuda_graphs"] is True
+        assert r.capacity is not None and r.capacity.pool_blocks > 0
+        assert r.host["argv"][1:3] == ["-m", "actors.sim.server"]
+
+
+def test_mlflow_has_parent_and_nested_runs_with_params_and_metrics(sweep):
+    client = MlflowClient(tracking_uri=f"sqlite:///{sweep['home'] / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("skeleton")
+    assert exp is not None
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("servesweep.kind") == "sweep"]
+    trials = [r for r in runs if r.data.tags.get("servesweep.kind") == "trial"]
+    assert len(parents) == 1 and len(trials) == 3
+    parent_id = parents[0].info.run_id
+    assert all(r.data.tags["mlflow.parentRunId"] == parent_id for r in trials)
+    ok = [r for r in trials if r.data.tags["status"] == "ok"]
+    assert sorted(r.data.params["profile"] for r in ok) == ["trtllm", "vllm"]
+    for r in ok:
+        for name in ("engine", "tp", "weights", "kv_dtype", "cuda_graphs", "trial_key"):
+            assert name in r.data.params
+        assert r.data.metrics["output_tok_s_c4"] > r.data.metrics["output_tok_s_c1"]
+        history = client.get_metric_history(r.info.run_id, "output_tok_s")
+        assert sorted(m.step for m in history) == [1, 4]  # x = concurrency
+        files = {f.path for f in client.list_artifacts(r.info.run_id)}
+        assert {"server.log", "sim_config.json", "requests.csv", "command.json",
+                "trial_config.json"} <= files
+    bad = next(r for r in trials if r.data.tags["status"] == "infeasible")
+    assert "exceeds" in bad.data.tags["failure_reason"]
+    assert {f.path for f in client.list_artifacts(parent_id)} >= {"report.json", "report.txt",
+                                                                    "throughput.png"}
+
+
+def test_report_json_lists_trials_and_winners(sweep, capsys):
+    assert sweep["report_code"] == 0
+    ledger = sweep["ledger"]
+    data = json.loads((ledger.dir / "report" / "report.json").read_text())
+    assert {t["status"] for t in data["trials"]} == {"ok", "infeasible"}
+    assert [w["concurrency"] for w in data["winners"]] == [1, 4]
+    assert all(w["key"] for w in data["winners"])
+    assert Path(ledger.dir / "report" / "throughput.png").stat().st_size > 1000
