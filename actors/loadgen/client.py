@@ -1,15 +1,17 @@
-"""One streaming request against an OpenAI-compatible server (aiohttp).
+"""One streaming request against an OpenAI-compatible server (aiohttp transport).
 
 Matched work: ``ignore_eos``, ``min_tokens = max_tokens = N``, temperature 0 and
 ``stream_options.include_usage``. Where the server reports usage per chunk
 (``continuous_usage_stats``: vLLM and the sim), a chunk carrying k tokens counts
 k; elsewhere one token per non-empty chunk, reconciled with the final usage.
+The counting lives in ``StreamCounter`` so every transport shares it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import Any
 
@@ -18,7 +20,13 @@ import aiohttp
 from actors.loadgen.results import RequestRecord
 from actors.loadgen.sse import DONE, SSEParser
 
-__all__ = ["build_body", "stream_request"]
+__all__ = ["build_body", "stream_request", "StreamCounter"]
+
+# The fast path: a chunk with a non-empty ``choices`` list and per-chunk usage. Inside a JSON
+# string a quote is escaped, so ``"completion_tokens":`` can only be a key.
+_CHOICE = b'"choices":[{'
+_COMPLETION = re.compile(rb'"completion_tokens":(\d+)')
+_PROMPT = re.compile(rb'"prompt_tokens":(\d+)')
 
 
 def build_body(model: str, api: str, prompt: list[int] | str, output_tokens: int,
@@ -42,11 +50,99 @@ def _chunk_text(choice: dict[str, Any]) -> str:
     return delta.get("content") or delta.get("reasoning_content") or ""
 
 
+class StreamCounter:
+    """Turns the bytes of one SSE response into a ``RequestRecord``'s tokens and times.
+
+    ``feed(chunk, now)`` takes one read; every token completed in that read gets
+    the read's arrival time ``now``. Events carrying per-chunk usage and a
+    non-empty ``choices`` list are read without a JSON parse (the hot path, one
+    per token); everything else (the final usage, errors, servers without
+    per-chunk usage) is parsed with ``json``.
+    """
+
+    __slots__ = ("rec", "parser", "last_usage", "done")
+
+    def __init__(self, rec: RequestRecord):
+        self.rec = rec
+        self.parser = SSEParser()
+        self.last_usage = 0
+        self.done = False
+
+    def feed(self, chunk: bytes, now: float) -> None:
+        got = 0
+        for data in self.parser.feed(chunk):
+            got += self.event(data)
+        if got:
+            rec = self.rec
+            if rec.first_token is None:
+                rec.first_token = now
+            rec.arrivals.append(now)
+            rec.counts.append(got)
+            rec.chunk_tokens += got
+
+    def event(self, data: bytes) -> int:
+        """Tokens carried by one event's ``data`` payload (0 for usage-only, errors, [DONE])."""
+        i = data.find(_CHOICE)
+        if i >= 0:
+            m = _COMPLETION.search(data, i)
+            if m is not None:
+                n = int(m.group(1))
+                k = n - self.last_usage
+                self.last_usage = n
+                rec = self.rec
+                rec.completion_tokens = n
+                if rec.prompt_tokens is None:
+                    p = _PROMPT.search(data)
+                    rec.prompt_tokens = int(p.group(1)) if p else None
+                return k if k > 0 else 0
+        return self._slow_event(data)
+
+    def _slow_event(self, data: bytes) -> int:
+        if data == DONE:
+            self.done = True
+            return 0
+        ev = json.loads(data)
+        rec = self.rec
+        if not isinstance(ev, dict):
+            raise ValueError(f"event is not a JSON object: {data[:80]!r}")
+        if "error" in ev:
+            rec.error = "server_error"
+            rec.error_detail = str(ev["error"])[:300]
+            return 0
+        usage = ev.get("usage")
+        choices = ev.get("choices") or []
+        k = 0
+        if choices:
+            if usage and usage.get("completion_tokens") is not None:
+                k = usage["completion_tokens"] - self.last_usage
+                self.last_usage = usage["completion_tokens"]
+            elif _chunk_text(choices[0]):
+                k = 1
+        if usage:
+            rec.prompt_tokens = usage.get("prompt_tokens")
+            rec.completion_tokens = usage.get("completion_tokens")
+        return k if k > 0 else 0
+
+    def finish(self, now: float) -> None:
+        """The stream ended: take any unterminated event, then check for ``[DONE]``."""
+        tail = self.parser.flush()
+        if tail:
+            got = sum(self.event(d) for d in tail)
+            if got:
+                self.rec.arrivals.append(now)
+                self.rec.counts.append(got)
+                self.rec.chunk_tokens += got
+                if self.rec.first_token is None:
+                    self.rec.first_token = now
+        if not self.done and self.rec.error is None:
+            self.rec.error = "truncated"
+            self.rec.error_detail = "stream ended without [DONE]"
+
+
 async def stream_request(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
                          rec: RequestRecord, headers: dict[str, str] | None = None) -> None:
     """Send ``body`` to ``url`` and fill ``rec``; errors are classified into ``rec.error``."""
-    parser = SSEParser()
-    last_usage = 0
+    counter = StreamCounter(rec)
     rec.start = time.perf_counter()
     try:
         async with session.post(url, json=body, headers=headers) as resp:
@@ -54,41 +150,9 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: dict[st
                 rec.error = f"http_{resp.status}"
                 rec.error_detail = (await resp.text())[:300]
                 return
-            done = False
             async for chunk in resp.content.iter_any():
-                now = time.perf_counter()
-                got = 0  # events that arrive in one read share one arrival time
-                for data in parser.feed(chunk):
-                    if data == DONE:
-                        done = True
-                        continue
-                    ev = json.loads(data)
-                    if "error" in ev:
-                        rec.error = "server_error"
-                        rec.error_detail = str(ev["error"])[:300]
-                        continue
-                    usage = ev.get("usage")
-                    choices = ev.get("choices") or []
-                    k = 0
-                    if choices:
-                        if usage and usage.get("completion_tokens") is not None:
-                            k = usage["completion_tokens"] - last_usage
-                            last_usage = usage["completion_tokens"]
-                        elif _chunk_text(choices[0]):
-                            k = 1
-                    got += max(k, 0)
-                    if usage:
-                        rec.prompt_tokens = usage.get("prompt_tokens")
-                        rec.completion_tokens = usage.get("completion_tokens")
-                if got:
-                    if rec.first_token is None:
-                        rec.first_token = now
-                    rec.arrivals.append(now)
-                    rec.counts.append(got)
-                    rec.chunk_tokens += got
-            if not done and rec.error is None:
-                rec.error = "truncated"
-                rec.error_detail = "stream ended without [DONE]"
+                counter.feed(chunk, time.perf_counter())
+            counter.finish(time.perf_counter())
     except asyncio.TimeoutError:
         rec.error = "stall"
         rec.error_detail = "no data within the stall timeout"
@@ -99,7 +163,7 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: dict[st
             aiohttp.ClientOSError) as err:
         rec.error = "disconnect"
         rec.error_detail = str(err)[:300]
-    except (aiohttp.ClientError, json.JSONDecodeError, UnicodeDecodeError) as err:
+    except (aiohttp.ClientError, ValueError, UnicodeDecodeError) as err:
         rec.error = "protocol"
         rec.error_detail = f"{type(err).__name__}: {err}"[:300]
     finally:

@@ -30,10 +30,13 @@ from actors.loadgen.results import (
 from actors.loadgen.stats import median, percentile, spread
 from orchestrator.spec import Workload
 
-__all__ = ["LevelRunner", "aggregate_level"]
+__all__ = ["LevelRunner", "aggregate_level", "counts_match", "CHAT_TEMPLATE_MAX_OVERHEAD"]
 
 LAG_LIMIT_MS = 5.0
 CPU_LIMIT = 0.90
+#: Tokens a chat template may add around the user's message (role headers, default system
+#: prompt); ``usage.prompt_tokens`` of a chat request must lie in [N, N + this].
+CHAT_TEMPLATE_MAX_OVERHEAD = 64
 
 
 def _cpu_seconds() -> float:
@@ -197,6 +200,17 @@ class LevelRunner:
                 break  # errors invalidate the level: do not keep hammering a broken server
 
 
+def counts_match(w: Workload, prompt_tokens: int | None, completion_tokens: int | None) -> bool:
+    """Did the server do the work asked? Exact for completions (token-id prompts); for chat
+    the template adds tokens, so ``usage.prompt_tokens`` may exceed the content by up to
+    ``CHAT_TEMPLATE_MAX_OVERHEAD``."""
+    if completion_tokens != w.output_tokens or prompt_tokens is None:
+        return False
+    if w.api == "chat":
+        return 0 <= prompt_tokens - w.prompt_tokens <= CHAT_TEMPLATE_MAX_OVERHEAD
+    return prompt_tokens == w.prompt_tokens
+
+
 def _request_itls(rec: RequestRecord) -> list[float]:
     out = []
     for j in range(1, len(rec.arrivals)):
@@ -211,28 +225,30 @@ def aggregate_level(concurrency: int, w: Workload, records: list[RequestRecord],
     """Turn raw records into a ``LevelResult`` (validity, flags, engine-time metrics)."""
     scale = time_scale if time_scale > 0 else 1.0
     errors: dict[str, int] = {}
-    mismatches = 0
+    seen: dict[tuple[int | None, int | None], int] = {}  # (prompt, completion) -> requests
     reconciled = False
     for r in records:
         if r.error:
             errors[r.error] = errors.get(r.error, 0) + 1
             continue
-        if r.completion_tokens != w.output_tokens:
-            mismatches += 1
-        elif w.api == "completions" and r.prompt_tokens != w.prompt_tokens:
-            mismatches += 1
-        elif w.api == "chat" and not (r.prompt_tokens or 0) >= w.prompt_tokens:
-            mismatches += 1
+        if not counts_match(w, r.prompt_tokens, r.completion_tokens):
+            key = (r.prompt_tokens, r.completion_tokens)
+            seen[key] = seen.get(key, 0) + 1
         if r.chunk_tokens != r.completion_tokens:
             reconciled = True
+    mismatches = sum(seen.values())
     flags: list[str] = []
     obs = _observe(samples)
     reason = ""
     if errors or mismatches or not records:
         parts = [f"{n} x {k}" for k, n in sorted(errors.items())]
         if mismatches:
+            want = (f"{w.prompt_tokens}..{w.prompt_tokens + CHAT_TEMPLATE_MAX_OVERHEAD}"
+                    if w.api == "chat" else str(w.prompt_tokens))
+            got = ", ".join(f"{n} x {p} in / {c} out" for (p, c), n in
+                            sorted(seen.items(), key=lambda kv: -kv[1])[:4])
             parts.append(f"{mismatches} request(s) with token counts other than "
-                         f"{w.prompt_tokens} in / {w.output_tokens} out")
+                         f"{want} in / {w.output_tokens} out (got {got})")
         reason = "; ".join(parts) or "no requests completed"
         first_err = next((r.error_detail for r in records if r.error_detail), "")
         if first_err:

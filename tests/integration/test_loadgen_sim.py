@@ -1,0 +1,184 @@
+"""The load generator against a real sim server process: exact counts and every stream fault."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from actors.loadgen.actor import CSV_FIELDS, LoadGeneratorCore
+from actors.sim.config import SimServerConfig, parse_fault
+from actors.sim.perf import SimConfig
+from actors.sim.shapes import load_shape
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@contextlib.contextmanager
+def sim_server(tmp: Path, time_scale: float = 0.1, fault: str | None = None,
+               stream_interval: int = 1, trace: bool = False) -> Iterator[str]:
+    """Start ``python -m actors.sim.server`` on port 0; yield its base URL; stop it."""
+    cfg = SimServerConfig(profile="vllm", hardware="h100-sxm", shape=load_shape("llama-3.1-8b"),
+                          settings=SimConfig(), served_name="sim-model", max_model_len=4096,
+                          time_scale=time_scale, fault=parse_fault(fault), trace=trace,
+                          stream_interval=stream_interval)
+    path = tmp / f"sim-{fault or 'none'}-{time_scale}.json"
+    path.write_text(cfg.model_dump_json())
+    proc = subprocess.Popen([sys.executable, "-m", "actors.sim.server", "--config", str(path)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 30
+        url = None
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            if "Starting sim server on " in line:
+                url = line.split("Starting sim server on ")[1].strip()
+                break
+        assert url, f"sim server did not start (rc={proc.poll()})"
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(3)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def workload(**kw) -> dict:
+    w = dict(prompt_tokens=32, output_tokens=16, concurrency=[4], rounds=2,
+             requests_per_round=8, warmup_requests=2, stall_timeout_s=5, level_timeout_s=30)
+    w.update(kw)
+    return w
+
+
+def run_level(url: str, w: dict, c: int = 4, time_scale: float = 0.1,
+              tokenizer_dir: str | None = None) -> tuple[dict, LoadGeneratorCore]:
+    core = LoadGeneratorCore("sim", url, "sim-model", w, 32000, tokenizer_dir, time_scale, None)
+    return asyncio.run(core.run_level(c, 0)), core
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with sim_server(tmp_path_factory.mktemp("sim"), trace=True) as url:
+        yield url
+
+
+def test_normal_level_is_valid_with_exact_counts(healthy: str):
+    res, core = run_level(healthy, workload())
+    assert res["status"] == "valid", res["reason"]
+    assert res["requests"] == 16 and res["errors"] == {} and res["count_mismatches"] == 0
+    assert [r["requests"] for r in res["rounds"]] == [8, 8]
+    m = res["metrics"]
+    assert m["output_tok_s"] > 0 and m["ttft_p50_ms"] > 0 and m["itl_p50_ms"] > 0
+    assert m["ttft_p50_ms"] <= m["ttft_p90_ms"] <= m["ttft_p99_ms"]
+    # the sim's decode step for an 8B model on an H100 is a few ms of engine time
+    assert 1.0 < m["itl_p50_ms"] < 50
+    assert res["server"]["samples"] >= 1
+    rows = core.records_csv().splitlines()
+    assert rows[0].split(",") == list(CSV_FIELDS)
+    assert len(rows) == 1 + 16  # only measured requests: warm-up is discarded
+    for row in rows[1:]:
+        d = dict(zip(CSV_FIELDS, row.split(",")))
+        assert (d["prompt_tokens"], d["completion_tokens"], d["error"]) == ("32", "16", "")
+
+
+def test_prompts_are_distinct_token_ids_of_exact_length(healthy: str):
+    core = LoadGeneratorCore("sim", healthy, "sim-model", workload(), 32000, None, 0.1, None)
+    bodies = [core.runner._body(i, 7) for i in range(50)]
+    prompts = [tuple(b["prompt"]) for b in bodies]
+    assert all(len(p) == 32 for p in prompts) and len(set(p[:4] for p in prompts)) == 50
+    b = bodies[0]
+    assert b["ignore_eos"] is True and b["min_tokens"] == b["max_tokens"] == 16
+    assert b["temperature"] == 0 and b["stream_options"]["include_usage"] is True
+
+
+def test_chat_api_is_valid_with_template_overhead(healthy: str):
+    res, _ = run_level(healthy, workload(api="chat"))
+    assert res["status"] == "valid", res["reason"]
+    assert res["count_mismatches"] == 0
+
+
+def test_multi_token_chunks_count_every_token(tmp_path: Path):
+    with sim_server(tmp_path, stream_interval=4) as url:
+        res, core = run_level(url, workload())
+    assert res["status"] == "valid", res["reason"]
+    assert "usage_reconciled" not in res["flags"]
+    rows = [dict(zip(CSV_FIELDS, r.split(","))) for r in core.records_csv().splitlines()[1:]]
+    assert all(int(r["chunks"]) < 16 and r["chunk_tokens"] == "16" for r in rows)
+
+
+def test_open_loop_poisson_arrivals(healthy: str):
+    rate = 40.0  # requests/s of engine time: 400/s real at time scale 0.1
+    res, core = run_level(healthy, workload(request_rate=rate, rounds=1, requests_per_round=40),
+                          c=16)
+    assert res["status"] == "valid", res["reason"]
+    assert res["requests"] == 40
+    starts = sorted(float(r.split(",")[3]) for r in core.records_csv().splitlines()[1:])
+    mean_gap = (starts[-1] - starts[0]) / (len(starts) - 1) / 0.1  # engine seconds
+    assert 0.4 / rate < mean_gap < 2.0 / rate
+
+
+def test_stall_mid_stream_is_classified_and_bounded(tmp_path: Path):
+    with sim_server(tmp_path, fault="stall_after:40") as url:
+        t0 = time.monotonic()
+        res, _ = run_level(url, workload(stall_timeout_s=1.0, warmup_requests=0))
+        took = time.monotonic() - t0
+    assert res["status"] == "invalid"
+    assert res["errors"].get("stall", 0) >= 1, res
+    assert "stall" in res["reason"]
+    print(f"stall level took {took:.2f} s")
+    assert took < 6  # one stall timeout (requests stall together), not one per request
+
+
+def test_connection_closed_mid_stream(tmp_path: Path):
+    with sim_server(tmp_path, fault="disconnect_after:5") as url:
+        res, core = run_level(url, workload(warmup_requests=0))
+    assert res["status"] == "invalid"
+    assert set(res["errors"]) == {"disconnect"}, res["errors"]
+    assert "disconnect" in res["reason"]
+    assert "disconnect" in core.records_csv()
+
+
+def test_http_500s_make_the_level_invalid(tmp_path: Path):
+    with sim_server(tmp_path, fault="error_every:5") as url:
+        res, _ = run_level(url, workload(warmup_requests=0))
+    assert res["status"] == "invalid"
+    assert res["errors"].get("http_500", 0) >= 1
+    assert "http_500" in res["reason"] and "injected failure" in res["reason"]
+
+
+def test_fewer_tokens_than_asked_is_invalid_with_the_counts(tmp_path: Path):
+    with sim_server(tmp_path, fault="short_by:3") as url:
+        res, _ = run_level(url, workload())
+    assert res["status"] == "invalid"
+    assert res["errors"] == {} and res["count_mismatches"] == 16
+    assert "other than 32 in / 16 out" in res["reason"] and "16 x 32 in / 13 out" in res["reason"]
+
+
+def test_unreachable_server_is_a_connect_error():
+    res, _ = run_level("http://127.0.0.1:9", workload(warmup_requests=0, connect_timeout_s=2))
+    assert res["status"] == "invalid" and "connect" in res["errors"]
+
+
+def test_trace_ground_truth_is_readable(healthy: str):
+    """The accuracy benchmark's source: the sim's token write times per X-Request-Id."""
+    async def get() -> dict:
+        async with aiohttp.ClientSession() as s, s.get(healthy + "/sim/trace") as r:
+            return json.loads(await r.text())
+    run_level(healthy, workload(rounds=1, warmup_requests=0))
+    trace = asyncio.run(get())
+    assert any(len(v) == 16 for v in trace.values())

@@ -1,0 +1,146 @@
+"""Level rules: invalid (errors, token counts), noisy (round spread), client_bound, metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.loadgen.level import CHAT_TEMPLATE_MAX_OVERHEAD, aggregate_level
+from actors.loadgen.results import ClientHealth, RequestRecord
+from orchestrator.spec import Workload
+
+W = Workload(prompt_tokens=16, output_tokens=4, concurrency=[2], rounds=3, warmup_requests=0)
+HEALTHY = ClientHealth(loop_lag_p99_ms=0.5, cpu_frac=0.2)
+
+
+def rec(rnd: int, i: int, t0: float = 0.0, *, ttft: float = 0.010, gap: float = 0.002,
+        prompt: int = 16, out: int = 4, error: str | None = None, chunks: list[int] | None = None
+        ) -> RequestRecord:
+    r = RequestRecord(index=i, round=rnd, start=t0, prompt_tokens=prompt, completion_tokens=out)
+    if error:
+        r.error, r.error_detail, r.end = error, f"{error} detail", t0 + ttft
+        r.prompt_tokens = r.completion_tokens = None
+        return r
+    chunks = chunks or [1] * out
+    t = t0 + ttft
+    for k in chunks:
+        r.arrivals.append(t)
+        r.counts.append(k)
+        t += gap * k
+    r.first_token = r.arrivals[0]
+    r.chunk_tokens = sum(chunks)
+    r.end = r.arrivals[-1] + 0.0005
+    return r
+
+
+def level(records, rounds=None, health=HEALTHY, w=W, scale=1.0):
+    rounds = rounds or [(0, 0.1), (1, 0.1), (2, 0.1)]
+    return aggregate_level(2, w, records, rounds, [], health, scale)
+
+
+def good(n_rounds: int = 3) -> list[RequestRecord]:
+    return [rec(r, i) for r in range(n_rounds) for i in range(4)]
+
+
+def test_clean_level_is_valid_with_exact_metrics():
+    res = level(good())
+    assert res.status == "valid" and res.flags == [] and res.reason == ""
+    m = res.metrics
+    assert m.output_tok_s == pytest.approx(16 / 0.1)  # 4 requests x 4 tokens per 0.1 s round
+    assert m.total_tok_s == pytest.approx(4 * 20 / 0.1)
+    assert m.requests_s == pytest.approx(40)
+    assert m.ttft_p50_ms == pytest.approx(10) and m.ttft_p99_ms == pytest.approx(10)
+    assert m.itl_p50_ms == pytest.approx(2) and m.tpot_p50_ms == pytest.approx(2)
+    assert m.e2e_p50_ms == pytest.approx(10 + 3 * 2 + 0.5)
+    assert m.decode_tok_s_per_req_p50 == pytest.approx(500)
+    assert m.round_spread == 0
+
+
+def test_multi_token_chunk_spreads_its_gap_over_its_tokens():
+    records = [rec(0, 0, chunks=[1, 3])]  # 3 tokens arrive 2 ms after the first
+    res = level(records, rounds=[(0, 0.1)])
+    assert res.metrics.itl_p50_ms == pytest.approx(2 / 3)
+    assert res.metrics.tpot_p50_ms == pytest.approx(2 / 3)
+
+
+def test_time_scale_converts_to_engine_time():
+    res = level(good(), scale=0.1)
+    assert res.metrics.ttft_p50_ms == pytest.approx(100)  # 10 ms real at 0.1 = 100 ms engine
+    assert res.metrics.output_tok_s == pytest.approx(16)
+    assert res.rounds[0].duration_s == pytest.approx(1.0)
+
+
+def test_any_error_makes_the_level_invalid_with_its_kind():
+    records = good()
+    records[5] = rec(1, 1, error="http_500")
+    res = level(records)
+    assert res.status == "invalid"
+    assert res.errors == {"http_500": 1}
+    assert "1 x http_500" in res.reason and "http_500 detail" in res.reason
+
+
+def test_short_output_is_invalid_with_the_counts_never_averaged_in():
+    records = good()
+    records[0] = rec(0, 0, out=3, chunks=[1, 1, 1])
+    records[1] = rec(0, 1, out=3, chunks=[1, 1, 1])
+    res = level(records)
+    assert res.status == "invalid" and res.count_mismatches == 2
+    assert "16 in / 4 out" in res.reason and "2 x 16 in / 3 out" in res.reason
+
+
+def test_wrong_prompt_length_is_invalid_for_completions():
+    records = good()
+    records[2] = rec(0, 2, prompt=17)
+    res = level(records)
+    assert res.status == "invalid" and "1 x 17 in / 4 out" in res.reason
+
+
+def test_missing_usage_is_invalid():
+    records = good()
+    records[3].prompt_tokens = records[3].completion_tokens = None
+    assert level(records).status == "invalid"
+
+
+def test_chat_prompt_may_carry_template_overhead_within_the_limit():
+    wc = W.model_copy(update={"api": "chat"})
+    ok = [rec(0, i, prompt=16 + 7) for i in range(4)]
+    assert level(ok, rounds=[(0, 0.1)], w=wc).status == "valid"
+    over = [rec(0, i, prompt=16 + CHAT_TEMPLATE_MAX_OVERHEAD + 1) for i in range(4)]
+    res = level(over, rounds=[(0, 0.1)], w=wc)
+    assert res.status == "invalid" and "16..80 in" in res.reason
+    under = [rec(0, i, prompt=15) for i in range(4)]
+    assert level(under, rounds=[(0, 0.1)], w=wc).status == "invalid"
+
+
+def test_no_records_is_invalid():
+    res = level([], rounds=[])
+    assert res.status == "invalid" and res.reason == "no requests completed"
+
+
+def test_rounds_differing_beyond_the_band_are_noisy_and_median_round_is_reported():
+    res = level(good(), rounds=[(0, 0.100), (1, 0.102), (2, 0.104)])  # spread 3.9%
+    assert res.status == "valid" and "noisy" not in res.flags
+    res = level(good(), rounds=[(0, 0.100), (1, 0.110), (2, 0.125)])
+    assert res.status == "valid" and "noisy" in res.flags
+    assert res.metrics.output_tok_s == pytest.approx(16 / 0.110)  # the median round
+    assert res.metrics.round_spread == pytest.approx((160 - 128) / (16 / 0.110))
+
+
+def test_noise_band_is_configurable():
+    wide = W.model_copy(update={"noise_band": 0.5})
+    res = level(good(), rounds=[(0, 0.100), (1, 0.110), (2, 0.125)], w=wide)
+    assert "noisy" not in res.flags
+
+
+@pytest.mark.parametrize("lag, cpu, bound", [
+    (0.5, 0.2, False), (4.9, 0.89, False), (5.1, 0.2, True), (0.5, 0.91, True)])
+def test_client_bound_on_loop_lag_or_cpu(lag: float, cpu: float, bound: bool):
+    res = level(good(), health=ClientHealth(loop_lag_p99_ms=lag, cpu_frac=cpu))
+    assert ("client_bound" in res.flags) is bound
+    assert res.status == "valid"
+
+
+def test_usage_reconciled_when_chunk_count_differs_from_usage():
+    records = good()
+    records[0].chunk_tokens = 3
+    res = level(records)
+    assert res.status == "valid" and "usage_reconciled" in res.flags
