@@ -201,7 +201,8 @@ class StepModel:
         if tp == 1 or tokens == 0:
             return 0.0
         msg = tokens * self.shape.hidden * 2
-        floor = self.hw.allreduce_floor_us * 1e-6 * math.log2(tp)
+        # the catalog's floor is for 2 GPUs; a ring-like algorithm adds hops as tp grows
+        floor = self.hw.allreduce_floor_us * 1e-6 * tp / 2
         wire = 2 * (tp - 1) / tp * msg / (self.hw.link_gb_s * 1e9)
         return 2 * self.shape.layers * (floor + wire)
 

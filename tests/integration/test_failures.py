@@ -1,0 +1,67 @@
+"""Broken engines are classified failed trials; the sweep itself completes (exit 0)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from actors.procs import marked_processes
+from orchestrator.cli import main
+from orchestrator.ledger import Ledger
+from tests.conftest import minimal_spec
+
+FAULTS = {
+    "none": ("ok", ""),
+    "oom": ("failed", "startup_oom"),
+    "crash_after:2": ("failed", "crash_mid_run"),
+    "stall_after:20": ("failed", "hang"),
+    "unhealthy": ("failed", "unhealthy"),
+    "slow_start:60": ("failed", "startup_timeout"),
+    "short_by:3": ("invalid", "invalid_level"),
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    home = tmp_path_factory.mktemp("state")
+    spec = minimal_spec(name="faults")
+    spec["workload"] = {"prompt_tokens": 32, "output_tokens": 32, "concurrency": [1, 2],
+                        "rounds": 1, "warmup_requests": 0, "stall_timeout_s": 3,
+                        "level_timeout_s": 60}
+    spec["failure"] = {"startup_timeout_s": 8, "stop_timeout_s": 5}
+    spec["space"] = [{"engine": "sim", "extras": {"fault": list(FAULTS)}}]
+    path = home / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SERVESWEEP_HOME", str(home))
+    try:
+        code = main(["run", str(path), "--quiet", "--no-mlflow"])
+        ledger = Ledger.open("latest")
+    finally:
+        mp.undo()
+    return code, ledger
+
+
+def test_sweep_completes_despite_broken_engines(results):
+    code, ledger = results
+    assert code == 0
+    assert marked_processes(ledger.sweep_id + "/") == []
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_each_fault_is_classified(results, fault):
+    _, ledger = results
+    by_fault = {r.config.extras["fault"]: r for r in ledger.results().values()}
+    r = by_fault[fault]
+    status, reason = FAULTS[fault]
+    assert (r.status.value, r.reason) == (status, reason), r.message
+    if status == "failed":
+        assert r.message  # says what happened
+    if fault == "oom":
+        assert "CUDA out of memory" in r.log_tail
+    if fault == "crash_after:2":
+        assert r.levels  # what was measured before the crash is kept
+    if fault == "short_by:3":
+        lv = r.levels[0]
+        assert lv.status == "invalid" and lv.count_mismatches > 0
+        assert "token counts other than 32 in / 32 out" in lv.reason

@@ -1,0 +1,129 @@
+"""The sim's performance model reproduces the effects a planner relies on (no HTTP, no clock)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from actors.sim.hardware import get_hardware
+from actors.sim.perf import PROFILES, SimConfig, plan_memory
+from actors.sim.predict import build_engine, simulate_closed_loop
+from actors.sim.shapes import ModelShape, get_preset, load_shape, shape_from_hf_config
+from orchestrator.capacity import predict_level
+
+LLAMA8 = get_preset("llama-3.1-8b")
+
+
+def run(profile="vllm", hw="h100-sxm", c=1, n=None, prompt=512, output=128, seed=0,
+        jitter=0.0, shape=LLAMA8, **cfg):
+    engine, mem = build_engine(shape, get_hardware(hw), profile, SimConfig(**cfg), seed=seed,
+                               jitter=jitter)
+    return simulate_closed_loop(engine, c, n or max(2 * c, 4), prompt, output), mem
+
+
+@pytest.mark.parametrize("profile", ["vllm", "trtllm"])
+def test_cuda_graphs_matter_at_low_concurrency_not_at_saturation(profile):
+    ratio = {}
+    for c in (1, 256):
+        on, _ = run(profile, c=c, cuda_graphs=True)
+        off, _ = run(profile, c=c, cuda_graphs=False)
+        ratio[c] = on.output_tok_s / off.output_tok_s
+    assert ratio[1] > 1.5
+    assert ratio[256] < 1.3
+    assert ratio[256] < ratio[1] / 1.5
+
+
+def test_tp_beyond_a_point_slows_decode_of_a_small_model():
+    itl = {tp: run(c=1, tp=tp)[0].itl_p50_ms for tp in (1, 2, 4, 8)}
+    assert itl[2] < itl[1]
+    assert itl[8] > itl[4]  # all-reduce latency floor outweighs the bandwidth gained
+
+
+@pytest.mark.parametrize("profile", ["vllm", "trtllm"])
+def test_kv_limited_collapse_and_fp8_kv_fix(profile):
+    kw = dict(profile=profile, hw="rtx-5090", prompt=512, output=1536)
+    below, _ = run(c=46, kv_dtype="auto", **kw)
+    top, mem = run(c=64, kv_dtype="auto", **kw)
+    assert mem.kv_tokens // 2048 < 64  # the pool holds fewer full-length requests than 64
+    assert top.output_tok_s < below.output_tok_s  # the collapse
+    assert top.max_waiting > 0
+    fp8_top, fp8_mem = run(c=64, kv_dtype="fp8", **kw)
+    assert fp8_mem.kv_tokens >= 2 * mem.kv_tokens - 2 * mem.block_size
+    assert fp8_top.output_tok_s > 1.2 * top.output_tok_s
+    assert fp8_top.preemptions == 0
+    assert fp8_top.max_running == 64
+
+
+def test_no_evict_running_equals_capacity_prediction():
+    engine, mem = build_engine(LLAMA8, get_hardware("rtx-5090"), "trtllm", SimConfig(),
+                               jitter=0.0)
+    pred = predict_level("guaranteed_no_evict", mem.blocks, mem.block_size, 512, 1536, 64)
+    running = []
+    for i in range(64):
+        engine.add(str(i), 512, 1536)
+    for _ in range(400):
+        engine.step()
+        running.append(len(engine.running))
+    assert max(running) == pred.running < 64
+    assert len(engine.waiting) == 64 - pred.running
+
+
+def test_preempting_profile_preempts_only_above_full_length_capacity():
+    hw = get_hardware("rtx-5090")
+    _, mem = build_engine(LLAMA8, hw, "vllm", SimConfig())
+    cap = predict_level("preempt_recompute", mem.blocks, mem.block_size, 512, 1536, 1)
+    above, _ = run("vllm", hw="rtx-5090", c=cap.full_length_capacity + 16, prompt=512,
+                   output=1536)
+    below, _ = run("vllm", hw="rtx-5090", c=cap.full_length_capacity - 4, prompt=512,
+                   output=1536)
+    assert above.preemptions > 0
+    assert below.preemptions == 0
+
+
+def test_deterministic_for_a_seed():
+    a, _ = run(c=16, seed=3, jitter=0.02)
+    b, _ = run(c=16, seed=3, jitter=0.02)
+    c, _ = run(c=16, seed=4, jitter=0.02)
+    assert a == b
+    assert a.duration_s != c.duration_s
+
+
+def test_memory_plan_matches_a_real_h200_log():
+    # vLLM 0.26 on an H200, Llama-3-8B shapes with a 32k vocab, 0.92 utilisation:
+    # "Available KV cache memory: 113.97 GiB" (tests/fixtures/vllm, shared/fixtures)
+    shape = LLAMA8.model_copy(update={"vocab": 32000})
+    cfg = SimConfig(gpu_memory_fraction=0.92)
+    mem = plan_memory(shape, get_hardware("h200"), PROFILES["vllm"], cfg, 128, 8192)
+    assert mem.weights_gib == pytest.approx(13.49, rel=0.02)
+    assert mem.kv_gib == pytest.approx(113.97, rel=0.02)
+
+
+def test_hybrid_model_from_config_json(tmp_path):
+    cfg = {"hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 2,
+           "head_dim": 256, "num_hidden_layers": 48, "intermediate_size": 5120,
+           "vocab_size": 151936, "full_attention_interval": 4, "linear_num_value_heads": 32,
+           "linear_key_head_dim": 128, "linear_value_head_dim": 128, "num_experts": 512,
+           "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+           "shared_expert_intermediate_size": 512}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    shape = load_shape(path=str(tmp_path))
+    assert shape.attn_layers == 12 and shape.linear_layers == 36
+    assert shape.state_bytes_per_seq() == 36 * 32 * 128 * 128 * 4
+    assert shape.params(active=True) < shape.params() / 10  # MoE: few experts per token
+    preset = get_preset("qwen3-next-80b-a3b")
+    assert preset.attn_layers == shape.attn_layers
+    # state slots for every sequence come out of the same memory as the KV pool
+    hw = get_hardware("h200")
+    few = plan_memory(shape, hw, PROFILES["vllm"], SimConfig(tp=2), 16, 8192)
+    many = plan_memory(shape, hw, PROFILES["vllm"], SimConfig(tp=2), 512, 8192)
+    assert many.state_gib > few.state_gib and many.blocks < few.blocks
+
+
+def test_llama_config_json_roundtrip():
+    cfg = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 128256}
+    shape = shape_from_hf_config(cfg, "x")
+    assert shape.params() == LLAMA8.params()
+    assert 8.0e9 < shape.params() < 8.1e9
+    assert isinstance(shape, ModelShape)
