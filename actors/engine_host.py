@@ -63,7 +63,8 @@ class EngineHostCore:
         plan = self.adapter.build_launch(self.trial, self.ctx.model_copy(update={"port": port}))
         self.api_key = plan.api_key
         argv_safe, env_safe = redact(plan.argv, plan.env)
-        info = {"host": socket.gethostname(), "node_ip": _node_ip(), "argv": argv_safe,
+        info = {"host": socket.gethostname(), "node_ip": _node_ip(), "node_id": _node_id(),
+                "argv": argv_safe,
                 "env": env_safe, "marker": self.marker, "pid": None, "pgid": None,
                 "gpu_ids": [str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else []}
         for name, content in plan.files.items():
@@ -185,6 +186,10 @@ def _node_ip() -> str:
         return ray.util.get_node_ip_address()
     except Exception:  # noqa: BLE001  - outside Ray (unit tests)
         return "127.0.0.1"
+
+
+def _node_id() -> str | None:
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
 
 
 def _event_summary(events: list[LogEvent]) -> list[dict[str, Any]]:

@@ -105,7 +105,8 @@ class TrialExecution:
     def _after_launch(self, info: dict[str, Any]) -> ray.ObjectRef:
         self.launch_info = info
         self.on_event("started", {"key": self.key, **{k: info.get(k) for k in
-                                                      ("pid", "pgid", "marker", "host")}})
+                                                      ("pid", "pgid", "marker", "host",
+                                                                 "node_id")}})
         self.phase = "ready"
         timeout = self.spec.failure.startup_timeout_s
         self._set_deadline(timeout + 60)
@@ -219,6 +220,12 @@ class TrialExecution:
         if self.result is not None:
             return None
         self._collect_artifacts()
+        lg_node = None
+        if self.lg is not None:
+            try:
+                lg_node = ray.get(self.lg.__ray_call__.remote(_node_id), timeout=10)
+            except (GetTimeoutError, RayError):
+                pass
         for actor in (self.lg, self.host):
             if actor is not None:
                 try:
@@ -230,6 +237,9 @@ class TrialExecution:
                 remove_placement_group(self.pg)
             except RayError:
                 pass
+        # whatever happened to the actors (node lost, killed), nothing of the trial may
+        # outlive it on this machine; other nodes' leftovers are reaped from the ledger
+        reap(f"{self.sweep_id}/{self.key}")
         if self.failure is not None:
             status, reason, message = TrialStatus.FAILED, *self.failure
         elif any(lv.status == "invalid" for lv in self.levels):
@@ -244,8 +254,9 @@ class TrialExecution:
             key=self.key, config=self.cfg, status=status, reason=reason, message=message,
             levels=self.levels, capacity=self.capacity, startup_s=self.ready.get("startup_s"),
             wall_s=time.monotonic() - self.t0, applied=applied, versions=versions,
-            host={k: self.launch_info.get(k) for k in ("host", "node_ip", "gpu_ids", "argv",
-                                                       "pid")},
+            host={**{k: self.launch_info.get(k) for k in ("host", "node_ip", "node_id",
+                                                          "gpu_ids", "argv", "pid")},
+                  "loadgen_node_id": lg_node},
             hardware=self.spec.hardware, time_scale=self.time_scale,
             log_tail=self.log_tail[-8000:])
         self.phase = "done"
@@ -312,6 +323,10 @@ class TrialExecution:
             return level
         return level.model_copy(update={"flags": [*level.flags, "queueing_mismatch"],
                                         "reason": f"capacity check: {problem}"})
+
+
+def _node_id(_actor: object) -> str:
+    return ray.get_runtime_context().get_node_id()
 
 
 def _version() -> str:
