@@ -1,79 +1,119 @@
-"""Read TensorRT-LLM (PyTorch backend) startup logs.
+"""Read TensorRT-LLM (PyTorch backend) startup logs and its JSON ``/metrics``.
 
-Line formats come from public logs only (tests/fixtures/trtllm/SOURCES.md).
-Several lines print twice (a small dry-run pool, then the real one): callers
-take the last event of a kind.
+Line formats come from public logs only (tests/fixtures/trtllm/SOURCES.md);
+where a format is known only from TensorRT-LLM's source (no public log quotes
+it), the pattern says so. Several lines print twice (a small estimation
+dry-run pool, then the real one): callers take the last event of a kind, and
+``applied_from_trtllm_events`` does exactly that.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
-from actors.engines.base import LogEvent
+from actors.engines.base import LogEvent, MetricsSample
 
-__all__ = ["parse_trtllm_line", "applied_from_trtllm_events"]
+__all__ = ["parse_trtllm_line", "applied_from_trtllm_events", "parse_trtllm_metrics",
+           "graphs_evidence"]
 
-_F = r"(\d+(?:\.\d+)?)"
+_N = r"\d+(?:\.\d+)?"
 
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("version", re.compile(r"TensorRT-LLM version: (?P<version>\S+)")),
     ("weights", re.compile(rf"Memory used after loading model weights \(inside torch\) in memory "
-                           rf"usage profiling: (?P<gib>{_F[1:-1]}) GiB")),
-    ("weights_announced", re.compile(rf"Use (?P<gb>{_F[1:-1]}) GB for model weights\.")),
+                           rf"usage profiling: (?P<gib>{_N}) GiB")),
+    ("weights_announced", re.compile(rf"Use (?P<gb>{_N}) GB for model weights\.")),
+    # 1.1.0rc3 ends "kv size is N."; newer source "kv size per token is N."; the DESIGN note
+    # "B bytes/token + F bytes fixed cost" form is accepted but not seen in a public log.
     ("kv_memory", re.compile(
-        r"Peak memory during memory usage profiling \(torch \+ non-torch\): (?P<peak_gib>[\d.]+) "
-        r"GiB, available KV cache memory when calculating max tokens: (?P<gib>[\d.]+) GiB"
-        r"(?:, fraction is set (?P<fraction>[\d.]+), kv size (?:per token )?is "
-        r"(?P<kv_bytes_per_token>\d+)\.?)?")),
-    ("kv_pool", re.compile(r"\[MemUsageChange\] Allocated (?P<gib>[\d.]+) GiB for max tokens in "
+        rf"Peak memory during memory usage profiling \(torch \+ non-torch\): (?P<peak_gib>{_N}) "
+        rf"GiB, available KV cache memory when calculating max tokens: (?P<gib>{_N}) GiB"
+        rf"(?:, fraction is set (?P<fraction>{_N}), kv size (?:per token )?is "
+        r"(?P<kv_bytes_per_token>\d+)(?: bytes/token \+ (?P<kv_fixed_bytes>\d+) bytes fixed "
+        r"cost)?)?")),
+    ("kv_pool", re.compile(rf"\[MemUsageChange\] Allocated (?P<gib>{_N}) GiB for max tokens in "
                            r"paged KV cache \((?P<tokens>\d+)\)")),
     ("block_size", re.compile(r"Number of tokens per block: (?P<block_size>\d+)\.")),
     ("kv_blocks", re.compile(r"Max KV cache blocks per sequence: (?P<per_seq>\d+) \[window "
                              r"size=(?P<window>\d+)\], tokens per block=(?P<block_size>\d+), "
                              r"primary blocks=(?P<blocks>\d+), "
                              r"secondary blocks=(?P<secondary>\d+)")),
-    ("blocks_per_window", re.compile(r"blocks_per_window \{(?P<window>\d+): \((?P<blocks>\d+), "
-                                     r"(?P<secondary>\d+)\)\}")),
+    # DESIGN.md's `blocks_per_window {W: (N, 0)}` entry; the "[kv cache manager] Primary/
+    # secondary blocks for window sizes set to {W: (N, S)}" form is known from source only.
+    ("blocks_per_window", re.compile(r"(?:blocks_per_window|blocks for window sizes set to) "
+                                     r"\{(?P<window>\d+): \((?P<blocks>\d+), "
+                                     r"(?P<secondary>\d+)\)")),
     ("limits", re.compile(r"max_seq_len=(?P<max_seq_len>\d+), max_num_requests="
                           r"(?P<max_num_requests>\d+), max_num_tokens=(?P<max_num_tokens>\d+), "
                           r"max_batch_size=(?P<max_batch_size>\d+)")),
-    ("pytorch_config", re.compile(
-        r"PyTorchConfig\(.*?use_cuda_graph=(?P<use_cuda_graph>True|False), cuda_graph_batch_sizes="
-        r"\[(?P<batch_sizes>[\d, ]*)\], cuda_graph_max_batch_size=(?P<max_batch>\d+), "
-        r"cuda_graph_padding_enabled=(?P<padding>True|False)")),
     ("cuda_graph_config", re.compile(r"cuda_graph_config=(?:CudaGraphConfig\(.*?max_batch_size="
                                      r"(?P<max_batch>\d+).*?\)|(?P<none>None))")),
     ("graphs_created", re.compile(r"Creating CUDA graph instances for (?P<n>\d+) batch sizes")),
-    ("kv_dtype", re.compile(r'Validating KV Cache config against kv_cache_dtype="(?P<dtype>\w+)"')),
+    ("kv_dtype", re.compile(r'Validating KV Cache config against kv_cache_dtype="(?P<dtype>\w+)"'
+                            r'|KV cache quantization set to "(?P<quant>\w+)"')),
     ("listening", re.compile(r"Uvicorn running on (?P<url>https?://[\w.\-\[\]]+:(?P<port>\d+))")),
 ]
 
-_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|Insufficient memory", re.I)
+# PyTorchConfig(...) is a dataclass repr: read the fields we verify wherever they sit, since
+# the field order and set differ between releases (0.20 vs 1.x).
+_PYTORCH_CONFIG = re.compile(r"PyTorchConfig\((?P<body>.*)\)")
+_PYCFG_FIELDS = {
+    "use_cuda_graph": ("use_cuda_graph", r"(True|False)"),
+    "batch_sizes": ("cuda_graph_batch_sizes", r"(\[[\d, ]*\]|None)"),
+    "max_batch": ("cuda_graph_max_batch_size", r"(\d+)"),
+    "padding": ("cuda_graph_padding_enabled", r"(True|False)"),
+    "kv_cache_dtype": ("kv_cache_dtype", r"'?(\w+)'?"),
+    "iter_perf_stats": ("enable_iter_perf_stats", r"(True|False)"),
+}
+
+_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|Insufficient memory|"
+                  r"out of memory error", re.I)
 _PORT = re.compile(r"address already in use", re.I)
+
+
+def _value(v: str) -> Any:
+    if v in ("True", "False"):
+        return v == "True"
+    if v == "None":
+        return None
+    if v.startswith("["):
+        return [int(x) for x in v.strip("[]").replace(" ", "").split(",") if x]
+    if re.fullmatch(r"\d+", v):
+        return int(v)
+    if re.fullmatch(r"\d+\.\d+", v):
+        return float(v)
+    return v
+
+
+def _pytorch_config(line: str) -> LogEvent | None:
+    m = _PYTORCH_CONFIG.search(line)
+    if not m:
+        return None
+    data: dict[str, Any] = {}
+    for key, (field, pat) in _PYCFG_FIELDS.items():
+        f = re.search(rf"\b{field}={pat}", m["body"])
+        if f:
+            data[key] = _value(f.group(1))
+    return LogEvent("pytorch_config", data, line)
 
 
 def parse_trtllm_line(line: str) -> list[LogEvent]:
     """Events in one TensorRT-LLM log line (see ``EngineAdapter.parse_log_line``)."""
-    events = []
+    events: list[LogEvent] = []
+    ev = _pytorch_config(line)
+    if ev is not None:
+        events.append(ev)
     for kind, pat in _PATTERNS:
         m = pat.search(line)
         if not m:
             continue
-        data: dict[str, Any] = {}
-        for k, v in m.groupdict().items():
-            if v is None:
-                continue
-            if k == "batch_sizes":
-                data[k] = [int(x) for x in v.replace(" ", "").split(",") if x]
-            elif v in ("True", "False"):
-                data[k] = v == "True"
-            elif re.fullmatch(r"\d+", v):
-                data[k] = int(v)
-            elif re.fullmatch(r"\d+\.\d+", v):
-                data[k] = float(v)
-            else:
-                data[k] = v
+        data = {k: _value(v) for k, v in m.groupdict().items() if v is not None}
+        if kind == "kv_dtype" and "quant" in data:
+            data = {"dtype": data["quant"]}
+        if kind == "blocks_per_window" and "dry run" in line:
+            data["dry_run"] = True
         events.append(LogEvent(kind, data, line))
     if _OOM.search(line):
         events.append(LogEvent("fatal", {"failure": "startup_oom"}, line))
@@ -82,19 +122,39 @@ def parse_trtllm_line(line: str) -> list[LogEvent]:
     return events
 
 
+def graphs_evidence(applied: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(signs graphs are on, signs they are off) among the applied facts, as readable phrases."""
+    on, off = [], []
+    if applied.get("use_cuda_graph") is True:
+        on.append("PyTorchConfig(use_cuda_graph=True)")
+    elif applied.get("use_cuda_graph") is False:
+        off.append("PyTorchConfig(use_cuda_graph=False)")
+    if applied.get("cuda_graph_config") is True:
+        on.append("cuda_graph_config=CudaGraphConfig(...)")
+    elif applied.get("cuda_graph_config") is False:
+        off.append("cuda_graph_config=None")
+    if applied.get("graphs_captured"):
+        on.append(f"'Creating CUDA graph instances for {applied['graphs_captured']} batch sizes'")
+    return on, off
+
+
 def applied_from_trtllm_events(events: list[LogEvent]) -> dict[str, Any]:
-    """Applied settings: cuda_graphs (and max batch), kv_dtype, max_num_seqs, the KV pool."""
+    """Applied settings: CUDA graphs (and their max batch), KV dtype, limits, the KV pool."""
     applied: dict[str, Any] = {}
     for ev in events:  # later lines override earlier (the dry-run pool prints first)
         d = ev.data
         if ev.kind == "version":
             applied["version"] = d["version"]
         elif ev.kind == "pytorch_config":
-            applied["cuda_graphs"] = d["use_cuda_graph"]
-            applied["graph_max_batch"] = d["max_batch"]
-            applied["graph_padding"] = d["padding"]
+            for src, dst in (("use_cuda_graph", "use_cuda_graph"), ("max_batch", "graph_max_batch"),
+                             ("padding", "graph_padding"), ("batch_sizes", "graph_batch_sizes"),
+                             ("iter_perf_stats", "iter_perf_stats")):
+                if src in d:
+                    applied[dst] = d[src]
+            if d.get("kv_cache_dtype"):
+                applied["kv_dtype"] = d["kv_cache_dtype"]
         elif ev.kind == "cuda_graph_config":
-            applied["cuda_graphs"] = "none" not in d
+            applied["cuda_graph_config"] = "none" not in d
             if "max_batch" in d:
                 applied["graph_max_batch"] = d["max_batch"]
         elif ev.kind == "graphs_created":
@@ -107,8 +167,55 @@ def applied_from_trtllm_events(events: list[LogEvent]) -> dict[str, Any]:
             applied["max_model_len"] = d["max_seq_len"]
         elif ev.kind == "kv_pool":
             applied["kv_pool_tokens"] = d["tokens"]
+            applied["kv_pool_gib"] = d["gib"]
         elif ev.kind == "block_size":
             applied["block_size"] = d["block_size"]
-        elif ev.kind in ("kv_blocks", "blocks_per_window"):
+        elif ev.kind in ("kv_blocks", "blocks_per_window") and not d.get("dry_run"):
             applied["kv_pool_blocks"] = d["blocks"]
+            if "block_size" in d:
+                applied["block_size"] = d["block_size"]
+        elif ev.kind == "weights":
+            applied["weights_gib"] = d["gib"]
+        elif ev.kind == "kv_memory":
+            applied["kv_memory_gib"] = d["gib"]
+            if "kv_bytes_per_token" in d:
+                applied["kv_bytes_per_token"] = d["kv_bytes_per_token"]
+    on, off = graphs_evidence(applied)
+    if on or off:
+        applied["cuda_graphs"] = bool(on) and applied.get("use_cuda_graph") is not False
     return applied
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def parse_trtllm_metrics(text: str, t: float) -> MetricsSample:
+    """trtllm-serve ``/metrics``: a JSON list of iteration stats (newest last), not Prometheus.
+
+    Read defensively: an empty list (no iteration since the last poll: the server drains
+    its queue on every read), other JSON, or a missing field gives None for that value.
+    TensorRT-LLM reports no cumulative preemption counter, so ``preemptions_total`` is None.
+    """
+    try:
+        data = json.loads(text)
+    except (ValueError, TypeError):
+        return MetricsSample(t=t)
+    if isinstance(data, dict):
+        data = [data]
+    stats = [s for s in data if isinstance(s, dict)] if isinstance(data, list) else []
+    if not stats:
+        return MetricsSample(t=t)
+    last = max(stats, key=lambda s: _num(s.get("iter")) or 0.0)
+    kv = last.get("kvCacheStats") if isinstance(last.get("kvCacheStats"), dict) else {}
+    max_blocks, used = _num(kv.get("maxNumBlocks")), _num(kv.get("usedNumBlocks"))
+    free = _num(kv.get("freeNumBlocks"))
+    if used is None and max_blocks is not None and free is not None:
+        used = max_blocks - free
+    usage = used / max_blocks if used is not None and max_blocks else None
+    bs = _num(kv.get("tokensPerBlock"))
+    return MetricsSample(
+        t=t, running=_num(last.get("numActiveRequests")),
+        waiting=_num(last.get("numQueuedRequests")), kv_usage=usage,
+        block_size=int(bs) if bs else None,
+        num_blocks=int(max_blocks) if max_blocks else None)
