@@ -10,7 +10,7 @@ from actors.engines.base import (
 from actors.engines.registry import adapter_names, get_adapter, register
 
 # Importing registers each adapter.
-from actors.engines import external, sim, vllm  # noqa: E402,F401  isort: skip
+from actors.engines import external, sim, trtllm, vllm  # noqa: E402,F401  isort: skip
 
 __all__ = ["EngineAdapter", "LaunchContext", "LaunchPlan", "LogEvent", "MetricsSample",
            "adapter_names", "get_adapter", "register"]

@@ -1,0 +1,204 @@
+"""Adapter for TensorRT-LLM's OpenAI server, ``trtllm-serve`` (PyTorch backend).
+
+What a trial becomes: an argv list ``trtllm-serve MODEL --host H --port P --backend
+pytorch --tp_size N --max_batch_size B --max_num_tokens T --max_seq_len L
+--extra_llm_api_options FILE`` (``--config FILE`` where the release prefers it) and
+the YAML options file, rendered for the target release:
+
+- 1.x: ``kv_cache_config {free_gpu_memory_fraction, enable_block_reuse, dtype}``,
+  ``cuda_graph_config {enable_padding, max_batch_size}`` (``null``: graphs off),
+  ``scheduler_config {capacity_scheduler_policy}``, ``enable_chunked_prefill``.
+- 0.20: graph options and the KV dtype under ``pytorch_backend_config``; that
+  release silently ignored the 1.x keys, which is why the layout is per release
+  and every rendered key is checked against the release's own list: the
+  installed ``LlmArgs`` when ``tensorrt_llm`` is importable here, else
+  ``trtllm_releases.yaml`` (public docs). A key the release does not know is an
+  error at spec load (``check_space``) and again before launch.
+
+Always rendered: ``enable_iter_perf_stats: true`` (the PyTorch backend's JSON
+``/metrics`` stays empty without it, and the capacity check needs running and
+waiting counts) and CUDA-graph padding on unless ``extras.cuda_graph_padding``
+says otherwise (without padding, batch sizes between the captured ones run
+eagerly; vLLM pads by default, so an unpadded comparison would be unfair).
+
+Weight precision comes from the checkpoint (the PyTorch backend runs ModelOpt
+pre-quantized checkpoints; it does not quantize on load): ``weights: fp8`` needs
+an FP8 checkpoint, and a local checkpoint that disagrees is refused before launch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from actors.engines.base import EngineAdapter, LaunchContext, LaunchPlan, LogEvent, MetricsSample
+from actors.engines.registry import register
+from actors.engines.trtllm_log import (
+    applied_from_trtllm_events,
+    graphs_evidence,
+    parse_trtllm_line,
+    parse_trtllm_metrics,
+)
+from actors.engines.trtllm_options import (
+    DEFAULT_GRAPH_MAX_BATCH,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_TOKENS,
+    KV_DTYPES,
+    OPTIONS_FILE,
+    check_checkpoint,
+    refuse_unknown,
+    render_options,
+    render_text,
+    resolve_release,
+    version_mm,
+)
+from actors.sim.hardware import get_hardware
+from orchestrator.spec import SpaceEntry, TrialConfig
+
+__all__ = ["TrtllmAdapter", "CHAT_MARGIN_TOKENS"]
+
+CHAT_MARGIN_TOKENS = 256  # room for the chat template around a sized prompt
+
+
+def _layout_hint(applied: dict[str, Any]) -> str | None:
+    version = applied.get("version")
+    mm = version_mm(version) if version else None
+    if mm is None:
+        return None
+    try:
+        layout = resolve_release(f"{mm[0]}.{mm[1]}").layout
+    except ValueError:
+        return None
+    where = "pytorch_backend_config" if layout != "1.x" else "cuda_graph_config/kv_cache_config"
+    return (f"the server is TensorRT-LLM {version}, which reads graph and KV-dtype options "
+            f"from {where} and ignores keys of other layouts: set launch.release: "
+            f"'{mm[0]}.{mm[1]}'")
+
+
+@register
+class TrtllmAdapter(EngineAdapter):
+    """``trtllm-serve`` from ``launch.executable`` (default ``trtllm-serve`` on PATH).
+
+    Extras: ``capacity_scheduler_policy`` (GUARANTEED_NO_EVICT, MAX_UTILIZATION,
+    STATIC_BATCH), ``enable_block_reuse``, ``enable_chunked_prefill``,
+    ``cuda_graph_padding`` and ``tokens_per_block`` (releases that have it, 1.1+).
+    """
+
+    name = "trtllm"
+    admission = "guaranteed_no_evict"
+    extras: ClassVar[dict[str, type]] = {
+        "capacity_scheduler_policy": str, "enable_block_reuse": bool,
+        "enable_chunked_prefill": bool, "cuda_graph_padding": bool, "tokens_per_block": int}
+    health_path = "/health"
+    metrics_path = "/metrics"  # JSON iteration stats, not Prometheus
+
+    def check_space(self, entry: SpaceEntry) -> None:
+        super().check_space(entry)
+        if entry.launch.python:
+            raise ValueError("launch.python does not apply to engine 'trtllm': name that "
+                             "environment's trtllm-serve in launch.executable")
+        release = resolve_release(entry.launch.release)
+        for p in entry.extras.get("capacity_scheduler_policy", []):
+            if p not in release.policies:
+                raise ValueError(f"extras.capacity_scheduler_policy {p!r}: use one of "
+                                 f"{', '.join(release.policies)}")
+        for n in entry.extras.get("tokens_per_block", []):
+            if int(n) <= 0:
+                raise ValueError(f"extras.tokens_per_block must be positive, got {n!r}")
+        for kv in entry.kv_dtype:
+            if kv not in KV_DTYPES:
+                raise ValueError(f"kv_dtype {kv!r}: TensorRT-LLM's KV cache dtype is 'auto' "
+                                 "(the model's own) or 'fp8'")
+        from orchestrator.plan import expand_entry  # late: plan imports the engine registry
+
+        for trial in expand_entry(entry):
+            refuse_unknown(render_options(trial, release), release)
+
+    def infeasible(self, trial: TrialConfig, hardware: str) -> str | None:
+        # FP8 (CC 8.9+) and NVFP4 (10.0+) are orchestrator.feasibility's rule for the trtllm
+        # family, which runs right after this; only what is TensorRT-LLM's own is here.
+        if get_hardware(hardware).kind != "gpu":
+            return f"TensorRT-LLM needs an NVIDIA GPU; hardware {hardware!r} has none"
+        if not trial.cuda_graphs:  # else the same eager server would run under several keys
+            if trial.graph_max_batch is not None:
+                return "graph_max_batch applies only with cuda_graphs: true"
+            if "cuda_graph_padding" in trial.extras:
+                return "extras.cuda_graph_padding applies only with cuda_graphs: true"
+        return None
+
+    def admission_for(self, trial: TrialConfig) -> str:
+        policy = str(trial.extras.get("capacity_scheduler_policy", "GUARANTEED_NO_EVICT"))
+        return "preempt_recompute" if policy == "MAX_UTILIZATION" else "guaranteed_no_evict"
+
+    def limits(self, trial: TrialConfig, ctx: LaunchContext) -> tuple[int, int, int]:
+        """(max_batch_size, max_num_tokens, max_seq_len) passed on the command line."""
+        seq = trial.max_model_len or ctx.workload.request_tokens + (
+            CHAT_MARGIN_TOKENS if ctx.workload.api == "chat" else 0)
+        return (trial.max_num_seqs or DEFAULT_MAX_BATCH,
+                trial.max_num_tokens or DEFAULT_MAX_TOKENS, seq)
+
+    def build_launch(self, trial: TrialConfig, ctx: LaunchContext) -> LaunchPlan:
+        if not ctx.model.path:
+            raise ValueError("engine 'trtllm' needs model.path (a local checkpoint or HF id)")
+        release = resolve_release(ctx.launch.release)
+        text = render_text(trial, release)
+        check_checkpoint(trial, ctx.model)
+        batch, tokens, seq = self.limits(trial, ctx)
+        argv = [ctx.launch.executable or "trtllm-serve", ctx.model.path,
+                "--host", ctx.launch.host, "--port", str(ctx.port), "--backend", "pytorch",
+                "--tp_size", str(trial.tp), "--max_batch_size", str(batch),
+                "--max_num_tokens", str(tokens), "--max_seq_len", str(seq),
+                release.options_flag, str(Path(ctx.trial_dir) / OPTIONS_FILE)]
+        if ctx.model.tokenizer:
+            argv += ["--tokenizer", ctx.model.tokenizer]
+        return LaunchPlan(argv=argv, env=dict(ctx.launch.env), files={OPTIONS_FILE: text},
+                          port=ctx.port)
+
+    def parse_log_line(self, line: str) -> list[LogEvent]:
+        return parse_trtllm_line(line)
+
+    def parse_metrics(self, text: str, t: float) -> MetricsSample:
+        return parse_trtllm_metrics(text, t)
+
+    def applied(self, events: list[LogEvent]) -> dict[str, Any]:
+        return applied_from_trtllm_events(events)
+
+    def verify(self, trial: TrialConfig, applied: dict[str, Any]) -> list[str]:
+        problems = []
+        on, off = graphs_evidence(applied)
+        if trial.cuda_graphs:
+            if applied.get("use_cuda_graph") is False:
+                problems.append("cuda_graphs: requested on, the server reports "
+                                f"{', '.join(off)}")
+            elif not on:
+                problems.append("cuda_graphs: requested on, but no log line confirms it (no "
+                                "PyTorchConfig(use_cuda_graph=True), cuda_graph_config or "
+                                "'Creating CUDA graph instances')")
+            else:
+                want = trial.graph_max_batch or DEFAULT_GRAPH_MAX_BATCH
+                got = applied.get("graph_max_batch")
+                if got is not None and got != want:
+                    problems.append(f"graph_max_batch: requested {want}, server reports {got}")
+                pad = bool(trial.extras.get("cuda_graph_padding", True))
+                if applied.get("graph_padding") not in (None, pad):
+                    problems.append(f"cuda_graph_padding: requested {pad}, server reports "
+                                    f"{applied['graph_padding']}")
+        elif on:
+            problems.append(f"cuda_graphs: requested off, the server reports {', '.join(on)}")
+        got_kv = applied.get("kv_dtype")
+        if trial.kv_dtype == "fp8" and not str(got_kv or "").startswith("fp8"):
+            problems.append("kv_dtype: requested fp8, " + (
+                f"server reports {got_kv!r}" if got_kv else
+                "but no log line states the KV cache dtype"))
+        for key, want, default in (("max_num_seqs", trial.max_num_seqs, DEFAULT_MAX_BATCH),
+                                   ("max_num_tokens", trial.max_num_tokens, DEFAULT_MAX_TOKENS)):
+            got = applied.get(key)
+            if got is not None and got != (want or default):
+                problems.append(f"{key}: requested {want or default}, server reports {got}")
+        layout_related = [p for p in problems if p.startswith(("cuda_graph", "graph_", "kv_"))]
+        hint = _layout_hint(applied) if layout_related else None
+        return problems + ([f"hint: {hint}"] if hint else [])
+
+    def classify_exit(self, events: list[LogEvent], returncode: int | None) -> str:
+        fatal = [ev.data.get("failure") for ev in events if ev.kind == "fatal"]
+        return "startup_oom" if "startup_oom" in fatal else "startup_crash"
