@@ -151,6 +151,12 @@ class TrtllmAdapter(EngineAdapter):
                 release.options_flag, str(Path(ctx.trial_dir) / OPTIONS_FILE)]
         if ctx.model.tokenizer:
             argv += ["--tokenizer", ctx.model.tokenizer]
+        if ctx.model.served_name:
+            if not release.served_name_flag:
+                raise ValueError(f"model.served_name needs trtllm-serve's --served-model-name, "
+                                 f"which TensorRT-LLM {release.label} does not have: drop "
+                                 "served_name (the server answers to model.path)")
+            argv += [release.served_name_flag, ctx.model.served_name]
         return LaunchPlan(argv=argv, env=dict(ctx.launch.env), files={OPTIONS_FILE: text},
                           port=ctx.port)
 

@@ -53,6 +53,7 @@ class Release:
     kv_dtype_key: str
     iter_stats_key: str
     policies: tuple[str, ...]
+    served_name_flag: str | None = None  # the CLI flag that sets the served model name
     requested: str | None = None  # what the spec asked for, when it differs from ``name``
     source: str = "trtllm_releases.yaml"
 
@@ -84,7 +85,7 @@ def _table() -> tuple[dict[str, dict[str, Any]], tuple[str, ...]]:
             for k, v in (r.get(part) or {}).items():
                 nested.setdefault(k, set()).update(v)
         out = {**base, "top": top, "nested": nested}
-        for key in ("layout", "options_flag", "iter_perf_stats_key"):
+        for key in ("layout", "options_flag", "iter_perf_stats_key", "served_model_name_flag"):
             if key in r:
                 out[key] = r[key]
         if "kv_cache_dtype" in r:
@@ -177,7 +178,7 @@ def resolve_release(requested: str | None) -> Release:
                   top_level=frozenset(r["top"]),
                   nested={k: frozenset(v) for k, v in r["nested"].items()},
                   kv_dtype_key=r["kv_dtype_key"], iter_stats_key=r["iter_perf_stats_key"],
-                  policies=policies,
+                  policies=policies, served_name_flag=r.get("served_model_name_flag"),
                   requested=want if ".".join(map(str, target)) != name else None)
     if installed and version_mm(installed[0]) == target:
         top, nested = catalog_from_class(installed[1])

@@ -118,6 +118,17 @@ def test_config_flag_executable_tokenizer_env_and_defaults(tmp_path):
     assert plan.argv[-2:] == ["--tokenizer", "/tok"] and plan.env == {"A": "1"}
 
 
+def test_served_name_only_where_the_release_has_the_flag(tmp_path):
+    named = ModelSpec(path="/m", served_name="llama")
+    plan = trt.build_launch(trial(), ctx(tmp_path, release="1.3").model_copy(
+        update={"model": named}))
+    assert plan.argv[-2:] == ["--served-model-name", "llama"]
+    with pytest.raises(ValueError, match="model.served_name needs trtllm-serve's "
+                                         "--served-model-name, which TensorRT-LLM 1.1 does not"):
+        trt.build_launch(trial(), ctx(tmp_path, release="1.1").model_copy(
+            update={"model": named}))
+
+
 def test_1x_layout_graphs_on_fp8_kv_and_extras():
     t = trial(kv_dtype="fp8", graph_max_batch=256, gpu_memory_fraction=0.85,
               extras={"capacity_scheduler_policy": "MAX_UTILIZATION", "enable_block_reuse": False,
