@@ -43,7 +43,7 @@ class LoadGeneratorCore:
 
     def __init__(self, engine: str, base_url: str, model_name: str, workload: dict,
                  vocab_size: int, tokenizer_dir: str | None = None, time_scale: float = 1.0,
-                 api_key: str | None = None):
+                 api_key: str | None = None, transport: str = "lean", shards: int = 1):
         self.workload = Workload.model_validate(workload)
         adapter = get_adapter(engine)
         ids = usable_token_ids(vocab_size, tokenizer_dir)
@@ -52,7 +52,8 @@ class LoadGeneratorCore:
         self.runner = LevelRunner(base_url, model_name, self.workload, prompts,
                                   parse_metrics=adapter.parse_metrics,
                                   metrics_path=adapter.metrics_path, time_scale=time_scale,
-                                  api_key=api_key, per_chunk_usage=True)
+                                  api_key=api_key, per_chunk_usage=True,
+                                  transport=transport, shards=shards)
         self._rows: list[tuple[int, RequestRecord]] = []
         self._t0: float | None = None
 

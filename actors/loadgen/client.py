@@ -80,11 +80,31 @@ class StreamCounter:
             rec.counts.append(got)
             rec.chunk_tokens += got
 
-    def event(self, data: bytes) -> int:
-        """Tokens carried by one event's ``data`` payload (0 for usage-only, errors, [DONE])."""
-        i = data.find(_CHOICE)
+    def feed_event(self, buf: bytes, start: int, end: int, now: float) -> bool:
+        """The hot path: ``buf[start:end]`` is one read holding exactly one whole event
+        (``data: ...`` and its blank line). False (nothing consumed) when it is not."""
+        p = self.parser
+        if (p._buf or p._data or not buf.startswith(b"data: ", start)
+                or not buf.endswith(b"\n\n", start, end) or buf.find(b"\n", start, end - 2) >= 0):
+            return False
+        got = self.event(buf, start + 6, end - 2)
+        if got:
+            rec = self.rec
+            if rec.first_token is None:
+                rec.first_token = now
+            rec.arrivals.append(now)
+            rec.counts.append(got)
+            rec.chunk_tokens += got
+        return True
+
+    def event(self, data: bytes, start: int = 0, end: int | None = None) -> int:
+        """Tokens carried by one event's ``data`` payload, ``data[start:end]`` (0 for
+        usage-only events, errors and [DONE])."""
+        if end is None:
+            end = len(data)
+        i = data.find(_CHOICE, start, end)
         if i >= 0:
-            m = _COMPLETION.search(data, i)
+            m = _COMPLETION.search(data, i, end)
             if m is not None:
                 n = int(m.group(1))
                 k = n - self.last_usage
@@ -92,10 +112,10 @@ class StreamCounter:
                 rec = self.rec
                 rec.completion_tokens = n
                 if rec.prompt_tokens is None:
-                    p = _PROMPT.search(data)
+                    p = _PROMPT.search(data, start, end)
                     rec.prompt_tokens = int(p.group(1)) if p else None
                 return k if k > 0 else 0
-        return self._slow_event(data)
+        return self._slow_event(data[start:end] if start or end != len(data) else data)
 
     def _slow_event(self, data: bytes) -> int:
         if data == DONE:

@@ -79,8 +79,11 @@ class ServerObservation(_M):
 
 
 class ClientHealth(_M):
+    """The client's self-check over a level (the worst shard where there are several)."""
+
     loop_lag_p99_ms: float
-    cpu_frac: float
+    cpu_frac: float  # CPU seconds of the event-loop thread per wall second
+    shards: int = 1  # processes the level's streams were spread over
 
 
 class RoundResult(_M):

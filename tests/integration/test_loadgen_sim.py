@@ -66,9 +66,14 @@ def workload(**kw) -> dict:
 
 
 def run_level(url: str, w: dict, c: int = 4, time_scale: float = 0.1,
-              tokenizer_dir: str | None = None) -> tuple[dict, LoadGeneratorCore]:
-    core = LoadGeneratorCore("sim", url, "sim-model", w, 32000, tokenizer_dir, time_scale, None)
+              tokenizer_dir: str | None = None, transport: str = "lean",
+              shards: int = 1) -> tuple[dict, LoadGeneratorCore]:
+    core = LoadGeneratorCore("sim", url, "sim-model", w, 32000, tokenizer_dir, time_scale, None,
+                             transport=transport, shards=shards)
     return asyncio.run(core.run_level(c, 0)), core
+
+
+TRANSPORTS = pytest.mark.parametrize("transport", ["lean", "aiohttp"])
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +82,9 @@ def healthy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-def test_normal_level_is_valid_with_exact_counts(healthy: str):
-    res, core = run_level(healthy, workload())
+@TRANSPORTS
+def test_normal_level_is_valid_with_exact_counts(healthy: str, transport: str):
+    res, core = run_level(healthy, workload(), transport=transport)
     assert res["status"] == "valid", res["reason"]
     assert res["requests"] == 16 and res["errors"] == {} and res["count_mismatches"] == 0
     assert [r["requests"] for r in res["rounds"]] == [8, 8]
@@ -106,8 +112,9 @@ def test_prompts_are_distinct_token_ids_of_exact_length(healthy: str):
     assert b["temperature"] == 0 and b["stream_options"]["include_usage"] is True
 
 
-def test_chat_api_is_valid_with_template_overhead(healthy: str):
-    res, _ = run_level(healthy, workload(api="chat"))
+@TRANSPORTS
+def test_chat_api_is_valid_with_template_overhead(healthy: str, transport: str):
+    res, _ = run_level(healthy, workload(api="chat"), transport=transport)
     assert res["status"] == "valid", res["reason"]
     assert res["count_mismatches"] == 0
 
@@ -122,20 +129,22 @@ def test_multi_token_chunks_count_every_token(tmp_path: Path):
 
 
 def test_open_loop_poisson_arrivals(healthy: str):
-    rate = 40.0  # requests/s of engine time: 400/s real at time scale 0.1
-    res, core = run_level(healthy, workload(request_rate=rate, rounds=1, requests_per_round=40),
+    rate = 10.0  # requests/s of engine time: 100/s real at time scale 0.1
+    res, core = run_level(healthy, workload(request_rate=rate, rounds=1, requests_per_round=30),
                           c=16)
     assert res["status"] == "valid", res["reason"]
-    assert res["requests"] == 40
+    assert res["requests"] == 30
     starts = sorted(float(r.split(",")[3]) for r in core.records_csv().splitlines()[1:])
     mean_gap = (starts[-1] - starts[0]) / (len(starts) - 1) / 0.1  # engine seconds
-    assert 0.4 / rate < mean_gap < 2.0 / rate
+    assert 0.4 / rate < mean_gap < 2.0 / rate  # Poisson: the mean of 29 gaps is within ~2x
 
 
-def test_stall_mid_stream_is_classified_and_bounded(tmp_path: Path):
+@TRANSPORTS
+def test_stall_mid_stream_is_classified_and_bounded(tmp_path: Path, transport: str):
     with sim_server(tmp_path, fault="stall_after:40") as url:
         t0 = time.monotonic()
-        res, _ = run_level(url, workload(stall_timeout_s=1.0, warmup_requests=0))
+        res, _ = run_level(url, workload(stall_timeout_s=1.0, warmup_requests=0),
+                           transport=transport)
         took = time.monotonic() - t0
     assert res["status"] == "invalid"
     assert res["errors"].get("stall", 0) >= 1, res
@@ -144,29 +153,49 @@ def test_stall_mid_stream_is_classified_and_bounded(tmp_path: Path):
     assert took < 6  # one stall timeout (requests stall together), not one per request
 
 
-def test_connection_closed_mid_stream(tmp_path: Path):
+@TRANSPORTS
+def test_connection_closed_mid_stream(tmp_path: Path, transport: str):
     with sim_server(tmp_path, fault="disconnect_after:5") as url:
-        res, core = run_level(url, workload(warmup_requests=0))
+        res, core = run_level(url, workload(warmup_requests=0), transport=transport)
     assert res["status"] == "invalid"
     assert set(res["errors"]) == {"disconnect"}, res["errors"]
     assert "disconnect" in res["reason"]
     assert "disconnect" in core.records_csv()
 
 
-def test_http_500s_make_the_level_invalid(tmp_path: Path):
+@TRANSPORTS
+def test_http_500s_make_the_level_invalid(tmp_path: Path, transport: str):
     with sim_server(tmp_path, fault="error_every:5") as url:
-        res, _ = run_level(url, workload(warmup_requests=0))
+        res, _ = run_level(url, workload(warmup_requests=0), transport=transport)
     assert res["status"] == "invalid"
     assert res["errors"].get("http_500", 0) >= 1
     assert "http_500" in res["reason"] and "injected failure" in res["reason"]
 
 
-def test_fewer_tokens_than_asked_is_invalid_with_the_counts(tmp_path: Path):
+@TRANSPORTS
+def test_fewer_tokens_than_asked_is_invalid_with_the_counts(tmp_path: Path, transport: str):
     with sim_server(tmp_path, fault="short_by:3") as url:
-        res, _ = run_level(url, workload())
+        res, _ = run_level(url, workload(), transport=transport)
     assert res["status"] == "invalid"
     assert res["errors"] == {} and res["count_mismatches"] == 16
     assert "other than 32 in / 16 out" in res["reason"] and "16 x 32 in / 13 out" in res["reason"]
+
+
+def test_two_shards_split_the_streams_and_keep_exact_counts(healthy: str):
+    res, core = run_level(healthy, workload(rounds=2, requests_per_round=9), c=5, shards=2)
+    assert res["status"] == "valid", res["reason"]
+    assert res["client"]["shards"] == 2
+    assert res["requests"] == 18 and [r["requests"] for r in res["rounds"]] == [9, 9]
+    rows = [dict(zip(CSV_FIELDS, r.split(","))) for r in core.records_csv().splitlines()[1:]]
+    assert sorted((r["round"], int(r["index"])) for r in rows) == \
+        [(str(rnd), i) for rnd in range(2) for i in range(9)]
+
+
+def test_shards_stop_together_on_errors(tmp_path: Path):
+    with sim_server(tmp_path, fault="error_every:7") as url:
+        res, _ = run_level(url, workload(warmup_requests=0, rounds=3), c=4, shards=2)
+    assert res["status"] == "invalid" and res["errors"].get("http_500", 0) >= 1
+    assert len(res["rounds"]) == 1  # the first round's error ended the level in both shards
 
 
 def test_unreachable_server_is_a_connect_error():
