@@ -116,31 +116,44 @@ def _installed() -> tuple[str, Any] | None:
     return (str(getattr(tensorrt_llm, "__version__", "?")), cls) if cls is not None else None
 
 
+def _aliases(field: Any) -> set[str]:
+    out = set()
+    for a in (getattr(field, "alias", None), getattr(field, "validation_alias", None)):
+        if isinstance(a, str):
+            out.add(a)
+        for choice in getattr(a, "choices", None) or ():  # pydantic AliasChoices
+            if isinstance(choice, str):
+                out.add(choice)
+    return out
+
+
 def _field_names(cls: Any) -> frozenset[str] | None:
     fields = getattr(cls, "model_fields", None)  # pydantic v2
     if isinstance(fields, dict):
         names = set(fields)
         for f in fields.values():
-            names.update(a for a in (getattr(f, "alias", None),
-                                     getattr(f, "validation_alias", None)) if isinstance(a, str))
+            names |= _aliases(f)
         return frozenset(names)
     if dataclasses.is_dataclass(cls):
         return frozenset(f.name for f in dataclasses.fields(cls))
     return None
 
 
-def _nested_class(cls: Any, key: str) -> Any:
+def _nested_keys(cls: Any, key: str) -> frozenset[str] | None:
+    """Keys of the config class(es) a field holds; a union of classes gives all their keys."""
     fields = getattr(cls, "model_fields", None)
     if isinstance(fields, dict) and key in fields:
         ann = fields[key].annotation
     elif dataclasses.is_dataclass(cls):
-        ann = typing.get_type_hints(cls).get(key)
+        try:
+            ann = typing.get_type_hints(cls).get(key)
+        except (NameError, TypeError):
+            return None
     else:
         return None
-    for cand in (ann, *typing.get_args(ann)):
-        if isinstance(cand, type) and _field_names(cand) is not None:
-            return cand
-    return None
+    found = [_field_names(c) for c in (ann, *typing.get_args(ann)) if isinstance(c, type)]
+    names = [f for f in found if f is not None]
+    return frozenset().union(*names) if names else None
 
 
 def catalog_from_class(cls: Any) -> tuple[frozenset[str], dict[str, frozenset[str]]]:
@@ -148,9 +161,9 @@ def catalog_from_class(cls: Any) -> tuple[frozenset[str], dict[str, frozenset[st
     top = _field_names(cls) or frozenset()
     nested = {}
     for key in top:
-        sub = _nested_class(cls, key)
+        sub = _nested_keys(cls, key)
         if sub is not None:
-            nested[key] = _field_names(sub) or frozenset()
+            nested[key] = sub
     return top, nested
 
 

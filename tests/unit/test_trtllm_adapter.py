@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from actors.engines import LaunchContext, LogEvent, adapter_names, get_adapter
 from actors.engines import trtllm_options as opts_mod
@@ -269,6 +269,21 @@ def test_catalog_reads_dataclass_configs_and_aliases():
     top, nested = catalog_from_class(Args)
     assert top == {"pytorch_backend_config", "max_batch_size"}
     assert nested == {"pytorch_backend_config": {"use_cuda_graph", "kv_cache_dtype"}}
+
+    class Decode(BaseModel):  # a union of mode-specific classes: every member's keys count
+        batch_sizes: list[int] | None = None
+
+    class Prefill(BaseModel):
+        capture_num_tokens: int = 0
+
+    class Args13(BaseModel):
+        cuda_graph_config: Decode | Prefill | None = None
+        max_seq_len: int | None = Field(default=None,
+                                        validation_alias=AliasChoices("max_seq_len", "msl"))
+
+    top, nested = catalog_from_class(Args13)
+    assert top == {"cuda_graph_config", "max_seq_len", "msl"}
+    assert nested["cuda_graph_config"] == {"batch_sizes", "capture_num_tokens"}
 
 
 # -- weights come from the checkpoint ------------------------------------------------------
