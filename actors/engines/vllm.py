@@ -30,7 +30,7 @@ from actors.sim.hardware import get_hardware
 from orchestrator.spec import SpaceEntry, TrialConfig
 
 __all__ = ["VllmAdapter", "DEFAULT_PYTHON", "DEFAULT_CPU_KV_GIB", "DEFAULT_BLOCK_SIZE",
-           "vllm_python"]
+           "local_path", "vllm_python"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PYTHON = ".venv-vllm/bin/python"
@@ -65,6 +65,21 @@ def vllm_python(launch_python: str | None) -> str:
     if path.exists():
         return str(path.resolve())
     return str(REPO_ROOT / path)
+
+
+def local_path(value: str) -> str:
+    """A relative model/tokenizer path made absolute (the server runs in the trial dir).
+
+    Tried against the current directory, then the repository root; anything not found
+    on disk is returned unchanged (it may be a model id for vLLM to resolve).
+    """
+    path = Path(value)
+    if path.is_absolute():
+        return value
+    for base in (Path.cwd(), REPO_ROOT):
+        if (base / path).exists():
+            return str((base / path).resolve())
+    return value
 
 
 def _cache_root(trial_dir: str) -> str:
@@ -143,8 +158,8 @@ class VllmAdapter(EngineAdapter):
 
     def build_launch(self, trial: TrialConfig, ctx: LaunchContext) -> LaunchPlan:
         on_cpu = get_hardware(ctx.hardware).kind == "cpu"
-        model = ctx.model.path or ""
-        served = ctx.model.served_name or model  # what the load generator asks for
+        model = local_path(ctx.model.path or "")
+        served = ctx.model.served_name or ctx.model.path or ""  # what the client asks for
         if ctx.launch.executable:
             argv = [ctx.launch.executable, "serve", model]
         else:
@@ -154,7 +169,7 @@ class VllmAdapter(EngineAdapter):
                  "--port", str(ctx.port), "--tensor-parallel-size", str(trial.tp),
                  "--dtype", _DTYPE[trial.weights], "--kv-cache-dtype", _KV_DTYPE[trial.kv_dtype]]
         if ctx.model.tokenizer:
-            argv += ["--tokenizer", ctx.model.tokenizer]
+            argv += ["--tokenizer", local_path(ctx.model.tokenizer)]
         if trial.weights == "fp8":
             argv += ["--quantization", "fp8"]
         if trial.cuda_graphs:

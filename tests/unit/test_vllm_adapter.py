@@ -289,3 +289,14 @@ def test_cpu_metrics():
     load = vllm.parse_metrics((CPU / "metrics-0.32.0-load.txt").read_text(), 2.0)
     assert (load.running, load.waiting, load.preemptions_total) == (4, 7, 9)
     assert load.num_blocks == 8 and load.kv_usage == pytest.approx(1.0)
+
+
+def test_relative_model_path_is_made_absolute_for_the_server(tmp_path, monkeypatch):
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    c = ctx(tmp_path).model_copy(update={"model": ModelSpec(path="models/tiny")})
+    argv = vllm.build_launch(trial(), c).argv
+    assert argv[4] == str(tmp_path / "models" / "tiny")
+    assert flag(argv, "--served-model-name") == "models/tiny"  # the name the client sends
+    c = ctx(tmp_path).model_copy(update={"model": ModelSpec(path="org/hub-model")})
+    assert vllm.build_launch(trial(), c).argv[4] == "org/hub-model"
