@@ -173,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="every trial's status, config and per-level metrics plus the winners")
     p.set_defaults(func=cmd_report)
+    from orchestrator import calibrate_cmd, capacity_cmd, track_cmd
+
+    for module in (capacity_cmd, calibrate_cmd, track_cmd):
+        module.add_parser(sub)
     return ap
 
 

@@ -61,7 +61,8 @@ def predict_trial(trial: TrialConfig, spec: SweepSpec, shape: ModelShape) -> Tri
     levels = []
     measure = 0.0
     for c in w.concurrency:
-        engine, _ = build_engine(shape, hw, profile, cfg, seed=spec.sim.seed, jitter=0.0)
+        engine, _ = build_engine(shape, hw, profile, cfg, seed=spec.sim.seed, jitter=0.0,
+                                 overrides=spec.sim.profiles.get(profile))
         n = w.requests_for(c)
         p = simulate_closed_loop(engine, c, n, w.prompt_tokens, w.output_tokens)
         per_round = p.duration_s

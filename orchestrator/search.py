@@ -104,7 +104,7 @@ class OptunaSearcher(Searcher):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.search = search
         self.by_key = {p.config.key(): p for p in planned}
-        self.done = done
+        self.done = dict(done)  # never mutate the caller's view
         names = ("engine", *AXES)
         values = {n: _distinct(getattr(p.config, n) for p in planned) for n in names}
         extra_names = sorted({k for p in planned for k in p.config.extras})

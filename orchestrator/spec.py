@@ -181,6 +181,22 @@ class SimOptions(Frozen):
     # tokens per SSE chunk; None: 1 at time_scale >= 0.5, else ceil(0.5 / time_scale), so a
     # sped-up sim does not offer the client more chunks per second than it can read
     stream_interval: PosInt | None = None
+    # per-profile field overrides, e.g. what `servesweep calibrate` fitted:
+    #   profiles: {vllm: {gemm_eff: 0.66, mem_eff: 0.71}}
+    profiles: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+    @field_validator("profiles")
+    @classmethod
+    def _fittable(cls, v: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        from actors.sim.perf import FITTABLE, PROFILES
+
+        for name, fields in v.items():
+            if name not in PROFILES:
+                raise ValueError(f"unknown sim profile {name!r}; use one of {sorted(PROFILES)}")
+            bad = set(fields) - set(FITTABLE)
+            if bad:
+                raise ValueError(f"{name}: {sorted(bad)} cannot be set; use {', '.join(FITTABLE)}")
+        return v
 
     def chunk_tokens(self) -> int:
         if self.stream_interval is not None:

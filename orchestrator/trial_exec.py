@@ -56,6 +56,7 @@ class TrialExecution:
         self.capacity: Capacity | None = None
         self.failure: tuple[str, str] | None = None
         self.log_tail = ""
+        self.note = ""
         self.result: TrialResult | None = None
         self.t0 = time.monotonic()
         self.time_scale = spec.sim.time_scale if self.cfg.engine == "sim" else 1.0
@@ -170,6 +171,12 @@ class TrialExecution:
 
     def _after_observe(self, obs: dict[str, Any]) -> ray.ObjectRef:
         self.log_tail = obs.get("log_tail", "")
+        behind = [e for e in obs.get("events", []) if e.get("kind") == "sim_behind"]
+        if behind:  # the host could not keep the sim's pace: say so on every level
+            self.levels = [lv.model_copy(update={"flags": [*lv.flags, "sim_behind"]})
+                           for lv in self.levels]
+            self.note = (f"sim fell {behind[-1]['seconds']:.1f} s behind its time scale; "
+                         "raise sim.time_scale")
         if not obs.get("alive", True):
             return self._fail("crash_mid_run", f"server exited with code {obs.get('returncode')}"
                               " after the last level")
@@ -247,7 +254,7 @@ class TrialExecution:
             message = "; ".join(f"c={lv.concurrency}: {lv.reason}" for lv in self.levels
                                 if lv.status == "invalid")
         else:
-            status, reason, message = TrialStatus.OK, "", ""
+            status, reason, message = TrialStatus.OK, "", self.note
         applied = self.ready.get("applied", {}) if isinstance(self.ready, dict) else {}
         versions = {"engine": str(applied.get("version", "unknown")), "servesweep": _version()}
         self.result = TrialResult(

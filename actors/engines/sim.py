@@ -22,6 +22,7 @@ _HEADER = re.compile(r"servesweep-sim (?P<version>\S+): profile=(?P<profile>\w+)
                      r"hardware=(?P<hardware>\S+) model=\S+ tp=(?P<tp>\d+) "
                      r"weights=(?P<weights>\w+) kv_dtype=(?P<kv_dtype>\w+) "
                      r"cuda_graphs=(?P<cuda_graphs>True|False) time_scale=(?P<time_scale>[\d.e-]+)")
+_BEHIND = re.compile(r"sim: engine loop behind real time by (?P<seconds>[\d.]+) s")
 _POOL = re.compile(r"sim: KV pool (?P<blocks>\d+) blocks of (?P<block_size>\d+) tokens")
 
 
@@ -70,7 +71,8 @@ class SimAdapter(EngineAdapter):
             fault=parse_fault(str(trial.extras.get("fault", "")) or None),
             host=ctx.launch.host, port=ctx.port,
             stats_interval_s=max(1.0, 10.0 * ctx.sim.time_scale),
-            stream_interval=ctx.sim.chunk_tokens())
+            stream_interval=ctx.sim.chunk_tokens(),
+            profile_overrides=ctx.sim.profiles.get(trial.profile or "vllm", {}))
 
     def build_launch(self, trial: TrialConfig, ctx: LaunchContext) -> LaunchPlan:
         cfg = self.server_config(trial, ctx)
@@ -87,6 +89,9 @@ class SimAdapter(EngineAdapter):
             d["cuda_graphs"] = d["cuda_graphs"] == "True"
             d["time_scale"] = float(d["time_scale"])
             return [LogEvent("sim_header", d, line)]
+        m = _BEHIND.search(line)
+        if m:
+            return [LogEvent("sim_behind", {"seconds": float(m["seconds"])}, line)]
         m = _POOL.search(line)
         if m:
             return [LogEvent("kv_blocks", {k: int(v) for k, v in m.groupdict().items()}, line)]

@@ -59,6 +59,7 @@ class SimServerConfig(BaseModel):
     trace: bool = False
     stats_interval_s: float = Field(default=10.0, gt=0)
     stream_interval: int = Field(default=1, ge=1)
+    profile_overrides: dict[str, float] = Field(default_factory=dict)  # e.g. calibrated
 
     @field_validator("profile")
     @classmethod
@@ -69,4 +70,5 @@ class SimServerConfig(BaseModel):
 
     def build(self) -> tuple[SimEngine, MemoryPlan]:
         return build_engine(self.shape, get_hardware(self.hardware), self.profile, self.settings,
-                            seed=self.seed, jitter=self.jitter)
+                            seed=self.seed, jitter=self.jitter,
+                            overrides=self.profile_overrides)

@@ -8,7 +8,7 @@ from actors.sim.scheduler import SimEngine
 __all__ = ["render_metrics"]
 
 
-def render_metrics(cfg, engine: SimEngine, mem: MemoryPlan) -> str:
+def render_metrics(cfg, engine: SimEngine, mem: MemoryPlan, behind_s: float = 0.0) -> str:
     lab = f'engine="0",model_name="{cfg.served_name}"'
     rows = [
         ("gauge", "vllm:num_requests_running", lab, len(engine.running)),
@@ -22,6 +22,7 @@ def render_metrics(cfg, engine: SimEngine, mem: MemoryPlan) -> str:
          f'engine="0",num_gpu_blocks="{mem.blocks}"', 1.0),
         ("gauge", "servesweep_sim_time_scale", "", cfg.time_scale),
         ("counter", "servesweep_sim_iterations_total", "", engine.iterations),
+        ("counter", "servesweep_sim_behind_seconds_total", "", round(behind_s, 6)),
         ("gauge", "servesweep_sim_seconds", "", round(engine.now, 6)),
     ]
     out = []

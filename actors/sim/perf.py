@@ -19,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from actors.sim.hardware import BYTES, GIB, Hardware
 from actors.sim.shapes import ModelShape
 
-__all__ = ["EngineProfile", "PROFILES", "SimConfig", "MemoryPlan", "plan_memory", "StepModel",
-           "BatchShape", "graph_sizes"]
+__all__ = ["EngineProfile", "PROFILES", "get_profile", "FITTABLE", "SimConfig", "MemoryPlan",
+           "plan_memory", "StepModel", "BatchShape", "graph_sizes"]
 
 
 class EngineProfile(BaseModel):
@@ -68,6 +68,24 @@ PROFILES: dict[str, EngineProfile] = {
         gemm_eff=0.58, mem_eff=0.82, eager_us_per_layer=220, graph_us_per_layer=6,
         sched_us_per_seq=20, activation_reserve_gib=0.8, graph_pool_gib=0.4),
 }
+
+
+#: Profile fields ``calibrate`` fits (and ``sim.profiles`` may override).
+FITTABLE = ("gemm_eff", "mem_eff", "eager_us_per_layer", "graph_us_per_layer", "sched_us_per_seq")
+
+
+def get_profile(name: str, overrides: dict[str, float] | None = None) -> EngineProfile:
+    """A named profile with optional field overrides (e.g. from ``servesweep calibrate``)."""
+    if name not in PROFILES:
+        raise KeyError(f"unknown sim profile {name!r}; known: {', '.join(sorted(PROFILES))}")
+    prof = PROFILES[name]
+    if overrides:
+        unknown = set(overrides) - set(FITTABLE)
+        if unknown:
+            raise ValueError(f"profile fields {sorted(unknown)} cannot be overridden; "
+                             f"use {', '.join(FITTABLE)}")
+        prof = EngineProfile.model_validate({**prof.model_dump(), **overrides})
+    return prof
 
 
 class SimConfig(BaseModel):

@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass
 
 from actors.sim.hardware import Hardware
-from actors.sim.perf import PROFILES, MemoryPlan, SimConfig, StepModel, plan_memory
+from actors.sim.perf import MemoryPlan, SimConfig, StepModel, get_profile, plan_memory
 from actors.sim.scheduler import SimEngine
 from actors.sim.shapes import ModelShape
 
@@ -21,15 +21,16 @@ __all__ = ["build_engine", "resolve_limits", "simulate_closed_loop", "LevelPredi
 
 def resolve_limits(profile_name: str, cfg: SimConfig) -> tuple[int, int]:
     """(max_num_seqs, max_num_tokens) after applying the profile's defaults."""
-    prof = PROFILES[profile_name]
+    prof = get_profile(profile_name)
     seqs = cfg.max_num_seqs or prof.default_max_num_seqs
     tokens = cfg.max_num_tokens or prof.default_max_num_tokens
     return seqs, tokens
 
 
 def build_engine(shape: ModelShape, hw: Hardware, profile_name: str, cfg: SimConfig,
-                 seed: int = 0, jitter: float = 0.005) -> tuple[SimEngine, MemoryPlan]:
-    prof = PROFILES[profile_name]
+                 seed: int = 0, jitter: float = 0.005,
+                 overrides: dict[str, float] | None = None) -> tuple[SimEngine, MemoryPlan]:
+    prof = get_profile(profile_name, overrides)
     seqs, tokens = resolve_limits(profile_name, cfg)
     memory = plan_memory(shape, hw, prof, cfg, seqs, tokens)
     engine = SimEngine(StepModel(shape, hw, prof, cfg), memory, prof, seqs, tokens,

@@ -58,6 +58,8 @@ class SimServer:
         self.wake = asyncio.Event()
         self.finished_requests = 0
         self.requests_seen = 0
+        self.behind_s = 0.0
+        self._behind_logged = 0.0
         self.trace: dict[str, list[float]] | None = {} if cfg.trace else None
         self.stalled = False
         self._stats_prev = (0, 0, time.monotonic())
@@ -90,6 +92,7 @@ class SimServer:
             else:
                 await asyncio.sleep(0)
                 if delay < -0.05:  # fell behind (overloaded host): do not burst to catch up
+                    self._behind(-delay)
                     target = time.monotonic()
             fault = self.cfg.fault
             if fault.kind == "stall_after" and self.engine.generation_tokens_total >= fault.value:
@@ -103,6 +106,16 @@ class SimServer:
                 if fault.kind == "crash_after" and self.finished_requests >= fault.value:
                     _log("ERROR sim: engine core died unexpectedly (fault injection)")
                     os._exit(3)
+
+    def _behind(self, seconds: float) -> None:
+        """Real time lost because the host could not keep the pace: results understate."""
+        self.behind_s += seconds
+        now = time.monotonic()
+        if now - self._behind_logged > 5:
+            self._behind_logged = now
+            _log(f"WARNING sim: engine loop behind real time by {self.behind_s:.2f} s in total "
+                 f"(host too slow for time_scale={self.scale}); measured speed understates "
+                 "the model: raise sim.time_scale")
 
     async def stats_loop(self) -> None:
         while True:
@@ -127,7 +140,7 @@ class SimServer:
             "max_model_len": self.cfg.max_model_len}]})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        text = render_metrics(self.cfg, self.engine, self.memory)
+        text = render_metrics(self.cfg, self.engine, self.memory, self.behind_s)
         return web.Response(text=text, content_type="text/plain")
 
     async def get_trace(self, request: web.Request) -> web.Response:

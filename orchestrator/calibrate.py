@@ -1,0 +1,142 @@
+"""``servesweep calibrate SWEEP``: fit a sim profile's factors to measured trials.
+
+Each measured valid level is a point (trial config, concurrency, output tok/s,
+ITL p50, TTFT p50). The fit minimises the mean squared log error of the
+model's predictions over those points by coordinate search over the
+profile's efficiency and overhead factors (``FITTABLE``), in log space,
+within bounds. Trials are grouped by engine family: a vLLM trial (or a sim
+trial with the vLLM profile) calibrates the ``vllm`` profile.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from actors.sim.hardware import get_hardware
+from actors.sim.perf import FITTABLE, SimConfig, get_profile
+from actors.sim.predict import build_engine, simulate_closed_loop
+from actors.sim.shapes import ModelShape
+from orchestrator.feasibility import family_of
+from orchestrator.results import TrialResult
+from orchestrator.spec import SweepSpec
+
+__all__ = ["Point", "CalibrationResult", "collect_points", "predict_points", "calibrate"]
+
+BOUNDS = {"gemm_eff": (0.05, 1.0), "mem_eff": (0.05, 1.0), "eager_us_per_layer": (0.0, 5000.0),
+          "graph_us_per_layer": (0.0, 1000.0), "sched_us_per_seq": (0.0, 1000.0)}
+WEIGHTS = {"output_tok_s": 1.0, "itl_p50_ms": 1.0, "ttft_p50_ms": 0.25}
+
+
+@dataclass(frozen=True)
+class Point:
+    trial: TrialResult
+    concurrency: int
+    measured: dict[str, float]
+
+
+@dataclass
+class CalibrationResult:
+    profile: str
+    fitted: dict[str, float]
+    start: dict[str, float]
+    error_before: float  # mean |log error| over every metric of every point, as a fraction
+    error_after: float
+    rows: list[dict] = field(default_factory=list)
+    evaluations: int = 0
+
+
+def collect_points(results: list[TrialResult]) -> dict[str, list[Point]]:
+    """Valid measured levels grouped by the profile they calibrate."""
+    groups: dict[str, list[Point]] = {}
+    for r in results:
+        fam = family_of(r.config)
+        if fam not in ("vllm", "trtllm"):
+            continue
+        for lv in r.levels:
+            if lv.status != "valid" or lv.metrics is None:
+                continue
+            m = {k: getattr(lv.metrics, k) for k in WEIGHTS}
+            m = {k: v for k, v in m.items() if v is not None and v > 0}
+            if "output_tok_s" in m:
+                groups.setdefault(fam, []).append(Point(r, lv.concurrency, m))
+    return groups
+
+
+def predict_points(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: str,
+                   overrides: dict[str, float]) -> list[dict[str, float]]:
+    hw = get_hardware(spec.hardware)
+    w = spec.workload
+    out = []
+    for p in points:
+        c = p.trial.config
+        cfg = SimConfig(tp=c.tp, weights=c.weights, kv_dtype=c.kv_dtype,
+                        cuda_graphs=c.cuda_graphs, graph_max_batch=c.graph_max_batch,
+                        max_num_seqs=c.max_num_seqs, max_num_tokens=c.max_num_tokens,
+                        max_model_len=c.max_model_len,
+                        gpu_memory_fraction=c.gpu_memory_fraction)
+        engine, _ = build_engine(shape, hw, profile, cfg, jitter=0.0, overrides=overrides)
+        pred = simulate_closed_loop(engine, p.concurrency, min(w.requests_for(p.concurrency),
+                                                               2 * p.concurrency + 2),
+                                    w.prompt_tokens, w.output_tokens)
+        out.append({"output_tok_s": pred.output_tok_s, "itl_p50_ms": pred.itl_p50_ms,
+                    "ttft_p50_ms": pred.ttft_p50_ms})
+    return out
+
+
+def _loss(points: list[Point], preds: list[dict[str, float]]) -> float:
+    total = weight = 0.0
+    for p, pr in zip(points, preds):
+        for k, v in p.measured.items():
+            if pr.get(k, 0) > 0:
+                total += WEIGHTS[k] * math.log(pr[k] / v) ** 2
+                weight += WEIGHTS[k]
+    return total / weight if weight else 0.0
+
+
+def _mean_abs_error(points: list[Point], preds: list[dict[str, float]]) -> float:
+    errs = [abs(pr[k] / v - 1) for p, pr in zip(points, preds) for k, v in p.measured.items()
+            if pr.get(k, 0) > 0]
+    return sum(errs) / len(errs) if errs else 0.0
+
+
+def calibrate(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: str,
+              max_evals: int = 80) -> CalibrationResult:
+    """Coordinate search from the profile's current factors; returns before/after errors."""
+    start = {k: float(getattr(get_profile(profile, spec.sim.profiles.get(profile)), k))
+             for k in FITTABLE}
+    current = dict(start)
+    preds = predict_points(points, spec, shape, profile, current)
+    best = _loss(points, preds)
+    before_preds = preds
+    evals = 1
+    step = 0.5
+    while step > 0.02 and evals < max_evals:
+        improved = False
+        for k in FITTABLE:
+            for direction in (1, -1):
+                trial = dict(current)
+                base = current[k] if current[k] > 0 else 1.0
+                lo, hi = BOUNDS[k]
+                trial[k] = min(hi, max(lo, base * math.exp(direction * step)))
+                if trial[k] == current[k]:
+                    continue
+                loss = _loss(points, predict_points(points, spec, shape, profile, trial))
+                evals += 1
+                if loss < best - 1e-9:
+                    best, current, improved = loss, trial, True
+                    break
+                if evals >= max_evals:
+                    break
+        if not improved:
+            step /= 2
+    after_preds = predict_points(points, spec, shape, profile, current)
+    rows = []
+    for p, b, a in zip(points, before_preds, after_preds):
+        for k, v in p.measured.items():
+            rows.append({"trial": p.trial.config.label(), "concurrency": p.concurrency,
+                         "metric": k, "measured": v, "before": b[k], "after": a[k],
+                         "err_before": b[k] / v - 1, "err_after": a[k] / v - 1})
+    return CalibrationResult(profile, {k: round(v, 4) for k, v in current.items()}, start,
+                             _mean_abs_error(points, before_preds),
+                             _mean_abs_error(points, after_preds), rows, evals)

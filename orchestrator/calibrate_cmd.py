@@ -1,0 +1,66 @@
+"""``servesweep calibrate SWEEP``: fit the sim's profile factors to a sweep's measurements."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from typing import Any
+
+import yaml
+
+from orchestrator.calibrate import calibrate, collect_points
+from orchestrator.errors import EXIT_OK, UsageError
+
+__all__ = ["add_parser", "cmd_calibrate"]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "calibrate", help="fit the sim's efficiency/overhead factors to a sweep's measurements")
+    p.add_argument("sweep", help="sweep id (or a unique prefix) or 'latest'")
+    p.add_argument("--max-evals", type=int, default=80,
+                   help="model evaluations per profile (each predicts every point)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_calibrate)
+    return p
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from orchestrator.ledger import Ledger
+    from orchestrator.plan import spec_shape
+    from orchestrator.spec import load_spec
+
+    ledger = Ledger.open(args.sweep)
+    spec = load_spec(ledger.dir / "spec.yaml")
+    shape = spec_shape(spec)
+    if shape is None:
+        raise UsageError("the sweep's model shape is unknown here (model.path must be a local "
+                         "directory with config.json, or use model.preset)")
+    groups = collect_points(list(ledger.results().values()))
+    if not groups:
+        raise UsageError(f"sweep {ledger.sweep_id} has no valid measured level of a vllm or "
+                         "trtllm (or sim) trial to calibrate against")
+    results = {name: calibrate(points, spec, shape, name, args.max_evals)
+               for name, points in sorted(groups.items())}
+    snippet = {"sim": {"profiles": {n: r.fitted for n, r in results.items()}}}
+    out = ledger.dir / "calibration.yaml"
+    out.write_text("# servesweep calibrate: paste into a spec to plan with these factors\n"
+                   + yaml.safe_dump(snippet, sort_keys=False))
+    if args.json:
+        print(json.dumps({n: asdict(r) for n, r in results.items()}, indent=1, default=str))
+        return EXIT_OK
+    for name, r in results.items():
+        print(f"profile {name}: {len(groups[name])} measured levels, {r.evaluations} "
+              f"evaluations; mean |error| {100 * r.error_before:.1f}% -> "
+              f"{100 * r.error_after:.1f}%")
+        for k in r.fitted:
+            print(f"  {k:<20} {r.start[k]:>10.4g} -> {r.fitted[k]:<10.4g}")
+        print(f"  {'trial':<44} {'c':>4} {'metric':<12} {'measured':>10} {'before':>10} "
+              f"{'after':>10} {'err before':>10} {'err after':>9}")
+        for row in r.rows:
+            print(f"  {row['trial'][:44]:<44} {row['concurrency']:>4} {row['metric']:<12} "
+                  f"{row['measured']:>10.2f} {row['before']:>10.2f} {row['after']:>10.2f} "
+                  f"{100 * row['err_before']:>+9.1f}% {100 * row['err_after']:>+8.1f}%")
+    print(f"\nwrote {out} (add its `sim.profiles` to a spec to plan with the fitted factors)")
+    return EXIT_OK

@@ -1,0 +1,77 @@
+"""Grid and Optuna searchers over a real Optuna sqlite storage."""
+
+from __future__ import annotations
+
+import optuna
+
+from actors.loadgen.results import LevelMetrics, LevelResult
+from orchestrator.plan import plan_sweep
+from orchestrator.results import TrialResult, TrialStatus
+from orchestrator.search import GridSearcher, OptunaSearcher, objective_value
+from orchestrator.spec import parse_spec
+from tests.conftest import minimal_spec
+
+
+def _spec(kind="grid", budget=None):
+    data = minimal_spec()
+    data["space"] = [{"engine": "sim", "profile": ["vllm", "trtllm"], "tp": [1, 2, 4],
+                      "kv_dtype": ["auto", "fp8"]}]
+    data["search"] = {"kind": kind, "budget": budget, "seed": 1}
+    return parse_spec(data)
+
+
+def _result(planned, tput: float) -> TrialResult:
+    m = LevelMetrics(output_tok_s=tput, total_tok_s=tput, requests_s=1)
+    return TrialResult(key=planned.config.key(), config=planned.config, status=TrialStatus.OK,
+                       levels=[LevelResult(concurrency=1, status="valid", metrics=m)])
+
+
+def test_grid_runs_feasible_trials_once_and_hands_back_the_rest():
+    spec = _spec()
+    planned = plan_sweep(spec)  # 2 GPUs: tp=4 is infeasible
+    done = {planned[0].config.key()}
+    s = GridSearcher(planned, done)
+    asked = []
+    while (p := s.ask()) is not None:
+        asked.append(p)
+    assert all(p.feasible for p in asked)
+    assert len(asked) == sum(p.feasible for p in planned) - 1
+    assert {p.config.tp for p in s.pruned} == {4}
+
+
+def test_optuna_respects_budget_prunes_infeasible_and_resumes(tmp_path):
+    spec = _spec("optuna", budget=4)
+    planned = plan_sweep(spec)
+    s = OptunaSearcher(planned, {}, spec.search, tmp_path, "study")
+    asked = []
+    while (p := s.ask()) is not None:
+        asked.append(p)
+        s.tell(p, _result(p, 100.0 * p.config.tp))
+    assert len(asked) == 4
+    assert len({p.config.key() for p in asked}) == 4
+    assert all(p.feasible for p in asked)
+    study = optuna.load_study(study_name="study", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len({t.params.values().__repr__() for t in complete}) == 4  # re-proposals repeat
+    assert abs(study.best_value - max(100.0 * p.config.tp for p in asked)) < 1e-6
+    # a resumed search (same storage) does not repeat finished trials
+    done = {p.config.key(): _result(p, 1.0) for p in asked}
+    s2 = OptunaSearcher(planned, done, spec.search.model_copy(update={"budget": 6}), tmp_path,
+                        "study")
+    more = []
+    while (p := s2.ask()) is not None:
+        more.append(p)
+        s2.tell(p, _result(p, 1.0))
+    assert more and not ({p.config.key() for p in more} & set(done))
+
+
+def test_objective_is_geometric_mean_or_one_level():
+    spec = _spec()
+    p = plan_sweep(spec)[0]
+    r = _result(p, 100.0)
+    r = r.model_copy(update={"levels": [
+        *r.levels, LevelResult(concurrency=4, status="valid", metrics=LevelMetrics(
+            output_tok_s=400.0, total_tok_s=1, requests_s=1))]})
+    assert abs(objective_value(r, spec.search) - 200.0) < 1e-9
+    at4 = objective_value(r, spec.search.model_copy(update={"at_concurrency": 4}))
+    assert abs(at4 - 400.0) < 1e-9
