@@ -60,7 +60,12 @@ class EngineHostCore:
         port = self.ctx.port
         if self.adapter.launches_process and port == 0 and not self._accepts_port_zero():
             port = random.Random(f"{self.marker}{time.time()}").randint(20000, 59999)
-        plan = self.adapter.build_launch(self.trial, self.ctx.model_copy(update={"port": port}))
+        try:
+            plan = self.adapter.build_launch(self.trial,
+                                             self.ctx.model_copy(update={"port": port}))
+        except (ValueError, OSError, KeyError) as err:  # e.g. a key the release lacks
+            return {"failure": "startup_crash", "message": f"cannot build the launch: {err}",
+                    "host": socket.gethostname(), "node_id": _node_id()}
         self.api_key = plan.api_key
         argv_safe, env_safe = redact(plan.argv, plan.env)
         info = {"host": socket.gethostname(), "node_ip": _node_ip(), "node_id": _node_id(),

@@ -75,7 +75,8 @@ def infeasible_reason(trial: TrialConfig, spec: SweepSpec, shape: ModelShape | N
                 f"({w.prompt_tokens} + {w.output_tokens} tokens)")
     fam = family_of(trial)
     prof = PROFILES.get(fam)
-    if prof is not None and not prof.chunked_prefill:
+    chunked = trial.extras.get("enable_chunked_prefill")
+    if prof is not None and not (prof.chunked_prefill if chunked is None else chunked):
         budget = trial.max_num_tokens or prof.default_max_num_tokens
         if w.prompt_tokens > budget:
             return (f"{fam} without chunked prefill needs the whole prompt ({w.prompt_tokens} "

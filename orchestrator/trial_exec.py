@@ -105,6 +105,8 @@ class TrialExecution:
 
     def _after_launch(self, info: dict[str, Any]) -> ray.ObjectRef:
         self.launch_info = info
+        if "failure" in info:
+            return self._fail(info["failure"], info.get("message", ""))
         self.on_event("started", {"key": self.key, **{k: info.get(k) for k in
                                                       ("pid", "pgid", "marker", "host",
                                                                  "node_id")}})
