@@ -56,7 +56,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 _print(f"          c={lv['concurrency']:<4} {lv['output_tok_s']:9.1f} tok/s  "
                        f"TTFT p50 {lv['ttft_p50_ms']:7.1f} ms  ITL p50 {lv['itl_p50_ms']:6.2f} ms"
                        f"  run<={lv['max_running']}{wait}{pre}")
-    if total_s is not None:
+    if args.predict and not preds:
+        _print("\nno prediction: the model's shape is unknown here (model.path needs a local "
+               "config.json, or use model.preset)")
+    elif total_s is not None:
         m, s = divmod(int(total_s), 60)
         scale = spec.sim.time_scale
         note = f", sim time scale {scale}" if scale != 1 else ""
