@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from actors.engines.base import LogEvent
 from actors.engines.trtllm_log import parse_trtllm_line
-from actors.engines.vllm_log import parse_vllm_line, parse_vllm_metrics
+from actors.engines.vllm_log import parse_vllm_line, parse_vllm_metrics, pool_blocks
 from orchestrator.capacity import LevelPrediction, predict_level
 from orchestrator.errors import EXIT_OK, UsageError
 
@@ -149,10 +149,13 @@ def _vllm_pool(events: list[tuple[int, LogEvent]], block_size: int | None,
     if override:
         used[override[0]] = override[1].line
     blocks = int(override[1].data["blocks"]) if override else None
+    scrape = parse_vllm_metrics(metrics, 0.0) if metrics else None
+    if scrape and scrape.num_blocks and blocks is None:
+        blocks = scrape.num_blocks  # vllm:cache_config_info num_gpu_blocks: exact
     if block_size:
         source = "--block-size"
-    elif metrics and parse_vllm_metrics(metrics, 0.0).block_size:
-        block_size, source = parse_vllm_metrics(metrics, 0.0).block_size, "--metrics"
+    elif scrape and scrape.block_size:
+        block_size, source = scrape.block_size, "--metrics"
     elif args and "block_size" in args[1].data:
         block_size, source = int(args[1].data["block_size"]), "the log's --block-size"
         used[args[0]] = args[1].line
@@ -164,7 +167,15 @@ def _vllm_pool(events: list[tuple[int, LogEvent]], block_size: int | None,
         notes.append(f"block size {block_size} is vLLM's default on {device}: pass "
                      "--block-size or --metrics if the server used another")
     if blocks is None:
-        blocks = tokens // block_size
+        config = _last(events, "engine_config")
+        max_len = config[1].data.get("max_seq_len") if config else None
+        if max_len is None and _last(events, "max_concurrency"):
+            max_len = _last(events, "max_concurrency")[1].data["len"]
+        blocks = pool_blocks(tokens, block_size, int(max_len) if max_len else None)
+        if max_len and int(max_len) % block_size:
+            used[config[0] if config else pool[0]] = (config or pool)[1].line
+            notes.append(f"vLLM logs the pool as max concurrency x max_model_len "
+                         f"({int(max_len)}, not a multiple of {block_size}): {blocks:,} blocks")
     notes.append("vLLM keeps one block as its null block: one block fewer is usable")
     return _Pool(tokens, blocks, max(blocks - 1, 0), block_size, source)
 

