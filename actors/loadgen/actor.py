@@ -9,26 +9,44 @@ import ray
 
 from actors.engines import get_adapter
 from actors.loadgen.level import LevelRunner
-from actors.loadgen.prompts import PromptFactory, usable_token_ids
+from actors.loadgen.prompts import PromptFactory, load_tokenizer, usable_token_ids
 from actors.loadgen.results import LevelResult, RequestRecord
+from actors.loadgen.stats import median
 from orchestrator.spec import Workload
 
 __all__ = ["LoadGeneratorCore", "LoadGenerator", "records_csv"]
 
-CSV_FIELDS = ("level", "round", "index", "start_s", "ttft_ms", "e2e_ms", "chunks",
-              "chunk_tokens", "prompt_tokens", "completion_tokens", "error")
+CSV_FIELDS = ("level", "round", "index", "start_s", "ttft_ms", "tpot_ms", "itl_p50_ms",
+              "itl_max_ms", "e2e_ms", "chunks", "chunk_tokens", "prompt_tokens",
+              "completion_tokens", "error", "error_detail")
+
+
+def _f(x: float | None, fmt: str = ".3f") -> str:
+    return "" if x is None else format(x, fmt)
 
 
 def records_csv(rows: list[tuple[int, RequestRecord]], t0: float) -> str:
-    """Compact per-request artifact: one line per request, times relative to ``t0``."""
+    """Compact per-request artifact: one line per request, client wall-clock milliseconds
+    (not converted to engine time), start relative to ``t0``. Arrival times are summarised
+    (TTFT, TPOT, per-token ITL p50 and max); measured requests plus any warm-up request that
+    failed (round -1; -2 for connection-opening requests)."""
     buf = io.StringIO()
-    out = csv.writer(buf)
+    out = csv.writer(buf, lineterminator="\n")
     out.writerow(CSV_FIELDS)
     for level, r in rows:
-        ttft = "" if r.first_token is None else f"{1e3 * (r.first_token - r.start):.3f}"
-        out.writerow([level, r.round, r.index, f"{r.start - t0:.4f}", ttft,
-                      f"{1e3 * (r.end - r.start):.3f}", len(r.arrivals), r.chunk_tokens,
-                      r.prompt_tokens, r.completion_tokens, r.error or ""])
+        ttft = tpot = p50 = mx = None
+        if r.first_token is not None:
+            ttft = 1e3 * (r.first_token - r.start)
+            gaps = [(r.arrivals[j] - r.arrivals[j - 1]) / r.counts[j]
+                    for j in range(1, len(r.arrivals))]
+            if gaps:
+                p50, mx = 1e3 * median(gaps), 1e3 * max(gaps)  # type: ignore[operator]
+            if r.completion_tokens and r.completion_tokens > 1 and r.arrivals:
+                tpot = 1e3 * (r.arrivals[-1] - r.first_token) / (r.completion_tokens - 1)
+        out.writerow([level, r.round, r.index, f"{r.start - t0:.4f}", _f(ttft), _f(tpot),
+                      _f(p50), _f(mx), f"{1e3 * (r.end - r.start):.3f}", len(r.arrivals),
+                      r.chunk_tokens, _f(r.prompt_tokens, "d"), _f(r.completion_tokens, "d"),
+                      r.error or "", r.error_detail[:120].replace("\n", " ")])
     return buf.getvalue()
 
 
@@ -47,8 +65,10 @@ class LoadGeneratorCore:
         self.workload = Workload.model_validate(workload)
         adapter = get_adapter(engine)
         ids = usable_token_ids(vocab_size, tokenizer_dir)
+        tokenizer = load_tokenizer(tokenizer_dir) if self.workload.api == "chat" else None
         prompts = PromptFactory(ids, self.workload.prompt_tokens,
-                                self.workload.shared_prefix_tokens, seed=self.workload.seed)
+                                self.workload.shared_prefix_tokens, seed=self.workload.seed,
+                                tokenizer=tokenizer)
         self.runner = LevelRunner(base_url, model_name, self.workload, prompts,
                                   parse_metrics=adapter.parse_metrics,
                                   metrics_path=adapter.metrics_path, time_scale=time_scale,

@@ -393,10 +393,11 @@ class ConnectionPool:
         return head.encode("latin-1") + payload
 
 
-async def stream_request_lean(pool: ConnectionPool, path: str, body: dict[str, Any],
+async def stream_request_lean(pool: ConnectionPool, path: str, body: dict[str, Any] | bytes,
                               rec: RequestRecord, headers: dict[str, str] | None = None) -> None:
-    """Send ``body`` to ``path`` and fill ``rec``, like ``client.stream_request``."""
-    data = pool.request_bytes(path, body, headers)
+    """Send ``body`` to ``path`` and fill ``rec``, like ``client.stream_request``. ``body``
+    may be the whole request already (``pool.request_bytes``), built ahead of the clock."""
+    data = body if isinstance(body, bytes) else pool.request_bytes(path, body, headers)
     counter = StreamCounter(rec)
     loop = asyncio.get_running_loop()
     rec.start = _perf()

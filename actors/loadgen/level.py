@@ -147,8 +147,9 @@ class LevelRunner:
         conn = aiohttp.TCPConnector(limit=concurrency + 8, force_close=False)
         return aiohttp.ClientSession(timeout=timeout, connector=conn)
 
-    async def _send(self, session: aiohttp.ClientSession | ConnectionPool, body: dict[str, Any],
-                    rec: RequestRecord, headers: dict[str, str]) -> None:
+    async def _send(self, session: aiohttp.ClientSession | ConnectionPool,
+                    body: dict[str, Any] | bytes, rec: RequestRecord,
+                    headers: dict[str, str]) -> None:
         if isinstance(session, ConnectionPool):
             await stream_request_lean(session, self.path, body, rec, headers)
         else:
@@ -167,11 +168,22 @@ class LevelRunner:
         counter = iter(indices)
         rng = random.Random(f"{self.workload.seed}-{salt}-{rnd}-{indices[:1]}")
 
+        def prepare(i: int) -> tuple[dict[str, Any] | bytes, dict[str, str]]:
+            headers = dict(self.headers, **{"X-Request-Id": f"{salt}-{rnd}-{i}"})
+            body = self._body(i, salt * 100 + rnd + 1)
+            if isinstance(session, ConnectionPool):
+                return session.request_bytes(self.path, body, headers), headers
+            return body, headers
+
+        # the first wave is built before the clock starts, so that building prompts does
+        # not spread out a burst the server should see at once (later ones are staggered)
+        ready = {i: prepare(i) for i in indices[:2 * concurrency]}
+
         async def one(i: int) -> None:
             rec = RequestRecord(index=i, round=rnd)
             out.append(rec)
-            headers = dict(self.headers, **{"X-Request-Id": f"{salt}-{rnd}-{i}"})
-            await self._send(session, self._body(i, salt * 100 + rnd + 1), rec, headers)
+            body, headers = ready.pop(i, None) or prepare(i)
+            await self._send(session, body, rec, headers)
 
         async def worker() -> None:
             for i in counter:

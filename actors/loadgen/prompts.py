@@ -11,8 +11,21 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
-__all__ = ["PromptFactory", "usable_token_ids"]
+__all__ = ["PromptFactory", "usable_token_ids", "load_tokenizer"]
+
+
+def load_tokenizer(tokenizer_dir: str | None) -> Any | None:
+    """The model's ``tokenizers.Tokenizer`` (for sizing chat text), or None when the
+    ``tokenizers`` package or a ``tokenizer.json`` is not there."""
+    if not tokenizer_dir or not (Path(tokenizer_dir) / "tokenizer.json").is_file():
+        return None
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        return None
+    return Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
 
 
 def usable_token_ids(vocab_size: int, tokenizer_dir: str | None = None) -> list[int]:
@@ -34,13 +47,15 @@ def usable_token_ids(vocab_size: int, tokenizer_dir: str | None = None) -> list[
 class PromptFactory:
     """Builds token-id prompts of ``length`` tokens; ``shared_prefix`` tokens common to all."""
 
-    def __init__(self, ids: list[int], length: int, shared_prefix: int = 0, seed: int = 0):
+    def __init__(self, ids: list[int], length: int, shared_prefix: int = 0, seed: int = 0,
+                 tokenizer: Any | None = None):
         if len(ids) < 2:
             raise ValueError("need at least two usable token ids")
         self.ids, self.length, self.shared_prefix = ids, length, shared_prefix
         rng = random.Random(seed)
         self._prefix = [rng.choice(ids) for _ in range(shared_prefix)]
         self._seed = seed
+        self.tokenizer = tokenizer
 
     def _unique_head(self, index: int) -> list[int]:
         base = len(self.ids)
@@ -60,10 +75,28 @@ class PromptFactory:
         return self._prefix + head + tail
 
     def make_text(self, index: int, salt: int = 0) -> str:
-        """A text prompt of ``length`` words (for chat; counted exactly by the sim)."""
+        """A text prompt for chat: ``length`` tokens of the model's tokenizer where there is
+        one (decode ids, re-encode, trim or extend until the length holds), else ``length``
+        words (what the sim counts). The server's ``usage.prompt_tokens`` is checked."""
+        if self.tokenizer is not None:
+            return self._sized_text(self.make(index, salt))
         rng = random.Random(f"{self._seed}-{salt}-{index}-t")
         words = [f"r{salt}x{index}"] + [rng.choice(_WORDS) for _ in range(self.length - 1)]
         return " ".join(words)
+
+
+    def _sized_text(self, ids: list[int], tries: int = 10) -> str:
+        tok, n = self.tokenizer, self.length
+        text = tok.decode(ids)
+        for i in range(tries):
+            got = tok.encode(text, add_special_tokens=False).ids
+            if len(got) == n:
+                return text
+            if len(got) > n:
+                text = tok.decode(got[:n])
+            else:
+                text = tok.decode(got + ids[i % len(ids):][:n - len(got)])
+        return text  # closest found; the level's usage check reports any difference
 
 
 _WORDS = ("the of and to in is for that on with as by at from this be are it or an was "

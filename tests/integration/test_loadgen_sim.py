@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import csv
+import io
 import json
 import subprocess
 import sys
@@ -76,6 +78,10 @@ def run_level(url: str, w: dict, c: int = 4, time_scale: float = 0.1,
 TRANSPORTS = pytest.mark.parametrize("transport", ["lean", "aiohttp"])
 
 
+def csv_rows(core: LoadGeneratorCore) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(core.records_csv())))
+
+
 @pytest.fixture(scope="module")
 def healthy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with sim_server(tmp_path_factory.mktemp("sim"), trace=True) as url:
@@ -94,12 +100,14 @@ def test_normal_level_is_valid_with_exact_counts(healthy: str, transport: str):
     # the sim's decode step for an 8B model on an H100 is a few ms of engine time
     assert 1.0 < m["itl_p50_ms"] < 50
     assert res["server"]["samples"] >= 1
-    rows = core.records_csv().splitlines()
-    assert rows[0].split(",") == list(CSV_FIELDS)
-    assert len(rows) == 1 + 16  # only measured requests: warm-up is discarded
-    for row in rows[1:]:
-        d = dict(zip(CSV_FIELDS, row.split(",")))
+    text = core.records_csv()
+    assert text.splitlines()[0].split(",") == list(CSV_FIELDS)
+    rows = csv_rows(core)
+    assert len(rows) == 16  # only measured requests: warm-up is discarded
+    for d in rows:
         assert (d["prompt_tokens"], d["completion_tokens"], d["error"]) == ("32", "16", "")
+        assert float(d["ttft_ms"]) > 0 and float(d["tpot_ms"]) > 0
+        assert float(d["itl_p50_ms"]) <= float(d["itl_max_ms"]) < float(d["e2e_ms"])
 
 
 def test_prompts_are_distinct_token_ids_of_exact_length(healthy: str):
@@ -124,7 +132,7 @@ def test_multi_token_chunks_count_every_token(tmp_path: Path):
         res, core = run_level(url, workload())
     assert res["status"] == "valid", res["reason"]
     assert "usage_reconciled" not in res["flags"]
-    rows = [dict(zip(CSV_FIELDS, r.split(","))) for r in core.records_csv().splitlines()[1:]]
+    rows = csv_rows(core)
     assert all(int(r["chunks"]) < 16 and r["chunk_tokens"] == "16" for r in rows)
 
 
@@ -134,7 +142,7 @@ def test_open_loop_poisson_arrivals(healthy: str):
                           c=16)
     assert res["status"] == "valid", res["reason"]
     assert res["requests"] == 30
-    starts = sorted(float(r.split(",")[3]) for r in core.records_csv().splitlines()[1:])
+    starts = sorted(float(r["start_s"]) for r in csv_rows(core))
     mean_gap = (starts[-1] - starts[0]) / (len(starts) - 1) / 0.1  # engine seconds
     assert 0.4 / rate < mean_gap < 2.0 / rate  # Poisson: the mean of 29 gaps is within ~2x
 
@@ -160,7 +168,8 @@ def test_connection_closed_mid_stream(tmp_path: Path, transport: str):
     assert res["status"] == "invalid"
     assert set(res["errors"]) == {"disconnect"}, res["errors"]
     assert "disconnect" in res["reason"]
-    assert "disconnect" in core.records_csv()
+    failed = [r for r in csv_rows(core) if r["error"]]
+    assert failed and all(r["error"] == "disconnect" and r["error_detail"] for r in failed)
 
 
 @TRANSPORTS
@@ -186,7 +195,7 @@ def test_two_shards_split_the_streams_and_keep_exact_counts(healthy: str):
     assert res["status"] == "valid", res["reason"]
     assert res["client"]["shards"] == 2
     assert res["requests"] == 18 and [r["requests"] for r in res["rounds"]] == [9, 9]
-    rows = [dict(zip(CSV_FIELDS, r.split(","))) for r in core.records_csv().splitlines()[1:]]
+    rows = csv_rows(core)
     assert sorted((r["round"], int(r["index"])) for r in rows) == \
         [(str(rnd), i) for rnd in range(2) for i in range(9)]
 

@@ -1,0 +1,124 @@
+"""Agreement: our throughput and TTFT p50 vs the ``vllm bench serve`` CLI, back to back.
+
+Same server (the sim at time scale 1, real time; 8B on an H100, vLLM profile,
+no jitter), same workload (128 prompt tokens, 128 output tokens, closed loop at
+16 streams, 256 requests), run as: ours, ``vllm bench serve``, ours. Neither
+client is near saturation (a few thousand tok/s). The server is pinned to core 0,
+both clients to core 1. Target: within 3% on output tok/s and TTFT p50; the two
+runs of ours show the run-to-run noise of the server itself.
+
+``vllm bench serve`` needs a tokenizer for its random dataset: a word-level one
+is built locally (no hub access), so that its text prompts are exactly as many
+words (the sim counts words) as our token-id prompts are tokens.
+
+    .venv/bin/python benchmarks/loadgen_agreement.py             # ~60 s (vLLM import)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from loadgen_common import (  # noqa: E402
+    RESULTS,
+    ROOT,
+    VLLM_PY,
+    machine_note,
+    pinned,
+    run_ours,
+    save,
+    sim_server,
+    table,
+)
+
+_MAKE_TOKENIZER = r"""
+import json, sys
+from tokenizers import Tokenizer, models, pre_tokenizers
+out = sys.argv[1]
+vocab = {"[UNK]": 0, **{f"w{i}": i for i in range(1, 5000)}}
+tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+tok.save(f"{out}/tokenizer.json")
+json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]",
+           "model_max_length": 8192}, open(f"{out}/tokenizer_config.json", "w"))
+"""
+
+
+def ensure_tokenizer() -> Path:
+    d = RESULTS / "wordlevel-tokenizer"
+    if not (d / "tokenizer.json").exists():
+        d.mkdir(parents=True, exist_ok=True)
+        subprocess.run([str(VLLM_PY), "-c", _MAKE_TOKENIZER, str(d)], check=True)
+    return d
+
+
+def run_vllm_cli(url: str, tok: Path, streams: int, requests: int, prompt: int, output: int,
+                 out_dir: Path) -> dict:
+    vllm = VLLM_PY.parent / "vllm"
+    argv = [str(vllm), "bench", "serve", "--backend", "openai", "--base-url", url,
+            "--endpoint", "/v1/completions", "--model", "m", "--tokenizer", str(tok),
+            "--dataset-name", "random", "--random-input-len", str(prompt),
+            "--random-output-len", str(output), "--random-range-ratio", "0",
+            "--num-prompts", str(requests), "--max-concurrency", str(streams),
+            "--request-rate", "inf", "--ignore-eos", "--temperature", "0",
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+            "--disable-tqdm", "--save-result", "--result-dir", str(out_dir),
+            "--result-filename", "loadgen_agreement_vllm.json"]
+    res = subprocess.run(pinned(argv, "1"), cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    if res.returncode:
+        raise RuntimeError(f"vllm bench serve failed:\n{res.stdout[-1500:]}\n"
+                           f"{res.stderr[-1500:]}")
+    return json.loads((out_dir / "loadgen_agreement_vllm.json").read_text())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--streams", type=int, default=16)
+    ap.add_argument("--requests", type=int, default=256)
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--output-tokens", type=int, default=64)
+    args = ap.parse_args()
+    tok = ensure_tokenizer()
+    ours_cfg = dict(streams=args.streams, requests=args.requests,
+                    prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, \
+            sim_server(Path(tmp), time_scale=1.0, cpus="0") as srv:
+        a = run_ours(srv["url"], cpus="1", **ours_cfg)
+        v = run_vllm_cli(srv["url"], tok, args.streams, args.requests, args.prompt_tokens,
+                         args.output_tokens, RESULTS)
+        b = run_ours(srv["url"], cpus="1", **ours_cfg)
+    for name, r in (("ours (before)", a), ("ours (after)", b)):
+        rows.append({"client": name, "tok_s": r["output_tok_s"], "ttft": r["ttft_p50_ms"],
+                     "tpot": r["tpot_p50_ms"], "status": r["status"]})
+    rows.append({"client": "vllm bench serve", "tok_s": v["output_throughput"],
+                 "ttft": v["median_ttft_ms"], "tpot": v.get("median_tpot_ms"),
+                 "status": f"{v['completed']} ok / {v.get('failed', 0)} failed, "
+                           f"{v['total_input_tokens'] / max(v['completed'], 1):.0f} in"})
+    ours_tok = (a["output_tok_s"] + b["output_tok_s"]) / 2
+    ours_ttft = (a["ttft_p50_ms"] + b["ttft_p50_ms"]) / 2
+    diff_tok = ours_tok / v["output_throughput"] - 1
+    diff_ttft = ours_ttft / v["median_ttft_ms"] - 1
+    print(table(rows, [("client", "client", "s"), ("tok_s", "output tok/s", ".1f"),
+                       ("ttft", "TTFT p50 ms", ".2f"), ("tpot", "TPOT p50 ms", ".3f"),
+                       ("status", "status", "s")]))
+    print(f"ours (mean of 2) vs vllm: throughput {diff_tok:+.2%}, TTFT p50 {diff_ttft:+.2%}; "
+          f"ours run-to-run: {b['output_tok_s'] / a['output_tok_s'] - 1:+.2%} tok/s")
+    ok = abs(diff_tok) <= 0.03 and abs(diff_ttft) <= 0.03
+    print(f"target within 3%: {'met' if ok else 'NOT met'}")
+    path = save("loadgen_agreement", {"machine": machine_note(), "args": vars(args),
+                                      "rows": rows, "throughput_diff": diff_tok,
+                                      "ttft_p50_diff": diff_ttft, "target_met": ok})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
