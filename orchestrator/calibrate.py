@@ -24,8 +24,11 @@ from orchestrator.spec import SweepSpec
 __all__ = ["Point", "CalibrationResult", "collect_points", "predict_points", "calibrate"]
 
 BOUNDS = {"gemm_eff": (0.05, 1.0), "mem_eff": (0.05, 1.0), "eager_us_per_layer": (0.0, 5000.0),
-          "graph_us_per_layer": (0.0, 1000.0), "sched_us_per_seq": (0.0, 1000.0)}
-WEIGHTS = {"output_tok_s": 1.0, "itl_p50_ms": 1.0, "ttft_p50_ms": 0.25}
+          "graph_us_per_layer": (0.0, 1000.0), "sched_us_per_seq": (0.0, 1000.0),
+          "fp8_weight_eff": (0.2, 1.0)}
+# TTFT in a closed loop depends on queueing the model only roughly captures: it is shown and
+# weighs little, so it cannot drag the factors that set throughput and ITL
+WEIGHTS = {"output_tok_s": 1.0, "itl_p50_ms": 1.0, "ttft_p50_ms": 0.05}
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class Point:
     trial: TrialResult
     concurrency: int
     measured: dict[str, float]
+    spec: SweepSpec | None = None  # the sweep it was measured in (workload, hardware)
 
 
 @dataclass
@@ -40,13 +44,14 @@ class CalibrationResult:
     profile: str
     fitted: dict[str, float]
     start: dict[str, float]
-    error_before: float  # mean |log error| over every metric of every point, as a fraction
+    error_before: float  # mean |relative error| of throughput and ITL over every point
     error_after: float
     rows: list[dict] = field(default_factory=list)
     evaluations: int = 0
 
 
-def collect_points(results: list[TrialResult]) -> dict[str, list[Point]]:
+def collect_points(results: list[TrialResult],
+                   spec: SweepSpec | None = None) -> dict[str, list[Point]]:
     """Valid measured levels grouped by the profile they calibrate."""
     groups: dict[str, list[Point]] = {}
     for r in results:
@@ -59,16 +64,16 @@ def collect_points(results: list[TrialResult]) -> dict[str, list[Point]]:
             m = {k: getattr(lv.metrics, k) for k in WEIGHTS}
             m = {k: v for k, v in m.items() if v is not None and v > 0}
             if "output_tok_s" in m:
-                groups.setdefault(fam, []).append(Point(r, lv.concurrency, m))
+                groups.setdefault(fam, []).append(Point(r, lv.concurrency, m, spec))
     return groups
 
 
 def predict_points(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: str,
                    overrides: dict[str, float]) -> list[dict[str, float]]:
-    hw = get_hardware(spec.hardware)
-    w = spec.workload
     out = []
     for p in points:
+        s = p.spec or spec
+        hw, w = get_hardware(s.hardware), s.workload
         c = p.trial.config
         cfg = SimConfig(tp=c.tp, weights=c.weights, kv_dtype=c.kv_dtype,
                         cuda_graphs=c.cuda_graphs, graph_max_batch=c.graph_max_batch,
@@ -95,8 +100,9 @@ def _loss(points: list[Point], preds: list[dict[str, float]]) -> float:
 
 
 def _mean_abs_error(points: list[Point], preds: list[dict[str, float]]) -> float:
+    """Mean |relative error| of the fitted metrics (throughput and ITL)."""
     errs = [abs(pr[k] / v - 1) for p, pr in zip(points, preds) for k, v in p.measured.items()
-            if pr.get(k, 0) > 0]
+            if pr.get(k, 0) > 0 and WEIGHTS[k] >= 1.0]
     return sum(errs) / len(errs) if errs else 0.0
 
 

@@ -18,7 +18,11 @@ __all__ = ["add_parser", "cmd_calibrate"]
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "calibrate", help="fit the sim's efficiency/overhead factors to a sweep's measurements")
-    p.add_argument("sweep", help="sweep id (or a unique prefix) or 'latest'")
+    p.add_argument("sweeps", nargs="+", metavar="SWEEP",
+                   help="sweep id(s) (or unique prefixes) or 'latest'; points are pooled")
+    p.add_argument("--model-config", metavar="DIR",
+                   help="a directory with the model's config.json, when the sweep's "
+                        "model.path is not on this machine")
     p.add_argument("--max-evals", type=int, default=80,
                    help="model evaluations per profile (each predicts every point)")
     p.add_argument("--json", action="store_true")
@@ -27,20 +31,29 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from actors.sim.shapes import load_shape
     from orchestrator.ledger import Ledger
     from orchestrator.plan import spec_shape
     from orchestrator.spec import load_spec
 
-    ledger = Ledger.open(args.sweep)
-    spec = load_spec(ledger.dir / "spec.yaml")
-    shape = spec_shape(spec)
+    ledgers = [Ledger.open(ref) for ref in args.sweeps]
+    groups: dict = {}
+    spec = None
+    for ledger in ledgers:
+        spec = load_spec(ledger.dir / "spec.yaml")
+        for name, pts in collect_points(list(ledger.results().values()), spec).items():
+            groups.setdefault(name, []).extend(pts)
+    ledger = ledgers[0]
+    try:
+        shape = load_shape(path=args.model_config) if args.model_config else spec_shape(spec)
+    except FileNotFoundError as err:
+        raise UsageError(str(err)) from None
     if shape is None:
         raise UsageError("the sweep's model shape is unknown here (model.path must be a local "
-                         "directory with config.json, or use model.preset)")
-    groups = collect_points(list(ledger.results().values()))
+                         "directory with config.json): pass --model-config DIR")
     if not groups:
-        raise UsageError(f"sweep {ledger.sweep_id} has no valid measured level of a vllm or "
-                         "trtllm (or sim) trial to calibrate against")
+        raise UsageError(f"sweep(s) {', '.join(lg.sweep_id for lg in ledgers)} have no valid "
+                         "measured level of a vllm or trtllm (or sim) trial to calibrate against")
     results = {name: calibrate(points, spec, shape, name, args.max_evals)
                for name, points in sorted(groups.items())}
     snippet = {"sim": {"profiles": {n: r.fitted for n, r in results.items()}}}

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""How fast the sim streams over HTTP at time scale 0 (it must out-run any client).
+
+The sim server runs pinned to one core; a lean reader on the other core opens N streams
+(raw asyncio sockets, HTTP/1.1 by hand, counting SSE events without parsing JSON) and
+measures delivered tokens/s. Compare with the load generator's own capacity
+(benchmarks/loadgen_capacity.py): the sim must deliver more than our client can read.
+
+usage: .venv/bin/python benchmarks/sim_serve.py [--streams 64 256] [--tokens 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from actors.sim.config import SimServerConfig  # noqa: E402
+from actors.sim.perf import SimConfig  # noqa: E402
+from actors.sim.shapes import get_preset  # noqa: E402
+
+
+async def _stream(host: str, port: int, body: bytes) -> int:
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    await writer.drain()
+    events = 0
+    tail = b""
+    while True:
+        chunk = await reader.read(65536)
+        if not chunk:
+            break
+        data = tail + chunk
+        events += data.count(b"\n\ndata: ") + data.startswith(b"data: ")
+        tail = data[-8:]
+        if b"[DONE]" in data:
+            break
+    writer.close()
+    return events
+
+
+async def _run(host: str, port: int, streams: int, tokens: int) -> float:
+    body = json.dumps({"model": "m", "prompt": [1] * 32, "max_tokens": tokens,
+                       "min_tokens": tokens, "ignore_eos": True, "stream": True}).encode()
+    t0 = time.perf_counter()
+    await asyncio.gather(*(_stream(host, port, body) for _ in range(streams)))
+    return streams * tokens / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--streams", type=int, nargs="+", default=[64, 256])
+    ap.add_argument("--tokens", type=int, default=256)
+    a = ap.parse_args()
+    cfg = SimServerConfig(profile="vllm", hardware="h200", shape=get_preset("llama-3.1-8b"),
+                          settings=SimConfig(max_num_seqs=1024), served_name="m",
+                          max_model_len=4096, time_scale=0.0, jitter=0.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        conf = Path(tmp) / "sim.json"
+        conf.write_text(cfg.model_dump_json())
+        log = open(Path(tmp) / "sim.log", "wb")
+        server = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m",
+                                   "actors.sim.server", "--config", str(conf)], cwd=ROOT,
+                                  stdout=log, stderr=subprocess.STDOUT)
+        try:
+            port = None
+            for _ in range(200):
+                m = re.search(r":(\d+)\s*$", (Path(tmp) / "sim.log").read_text(), re.M)
+                if m and "Starting sim server" in (Path(tmp) / "sim.log").read_text():
+                    port = int(m.group(1))
+                    break
+                time.sleep(0.05)
+            assert port, (Path(tmp) / "sim.log").read_text()
+            os.sched_setaffinity(0, {1 % os.cpu_count()})
+            for n in a.streams:
+                asyncio.run(_run("127.0.0.1", port, min(n, 8), 16))  # warm-up
+                rate = asyncio.run(_run("127.0.0.1", port, n, a.tokens))
+                print(json.dumps({"streams": n, "tokens": a.tokens, "time_scale": 0,
+                                  "sim_delivered_tok_s": round(rate)}))
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
