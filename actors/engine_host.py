@@ -25,7 +25,7 @@ from typing import Any
 
 import ray
 
-from actors.engines import LaunchContext, LogEvent, get_adapter
+from actors.engines import LaunchContext, LaunchPlan, LogEvent, get_adapter
 from actors.engines.base import redact
 from actors.procs import spawn_group, stop_group
 from orchestrator.spec import TrialConfig
@@ -53,6 +53,8 @@ class EngineHostCore:
         self.base_url: str | None = None
         self.api_key: str | None = None
         self.t_launch = 0.0
+        self._port_chosen = False
+        self._port_retries = 0
 
     # -- launch -----------------------------------------------------------------------------
     def launch(self) -> dict[str, Any]:
@@ -77,15 +79,35 @@ class EngineHostCore:
         if not self.adapter.launches_process:
             self.base_url = plan.base_url
             return info
-        if plan.port:
-            self.base_url = f"http://{self.ctx.launch.host}:{plan.port}"
+        self._port_chosen = port != self.ctx.port  # ours to change if it turns out taken
         self.t_launch = time.monotonic()
+        try:
+            self._spawn(plan)
+        except OSError as err:  # e.g. the engine's interpreter or binary is missing
+            return {**info, "failure": "startup_crash",
+                    "message": f"cannot start {plan.argv[0]}: {err}"}
+        if self.proc is not None:
+            info.update(pid=self.proc.pid, pgid=self.proc.pid)
+        return info
+
+    def _spawn(self, plan: LaunchPlan) -> None:
+        self.base_url = f"http://{self.ctx.launch.host}:{plan.port}" if plan.port else None
         with self._lock:
             if self._stopping:
-                return info
+                return
             self.proc = spawn_group(plan.argv, plan.env, self.log_path, self.dir, self.marker)
-        info.update(pid=self.proc.pid, pgid=self.proc.pid)
-        return info
+
+    def _retry_port(self) -> bool:
+        """The server died because its port was taken: keep the log, respawn on another."""
+        if not self._port_chosen or self._port_retries >= 3:
+            return False
+        self._port_retries += 1
+        self.log_path.rename(self.dir / f"server.port-in-use.{self._port_retries}.log")
+        self._log_pos, self._partial, self.events = 0, b"", []
+        port = random.Random(f"{self.marker}{time.time()}").randint(20000, 59999)
+        plan = self.adapter.build_launch(self.trial, self.ctx.model_copy(update={"port": port}))
+        self._spawn(plan)
+        return True
 
     def _accepts_port_zero(self) -> bool:
         return self.trial.engine == "sim"
@@ -136,6 +158,11 @@ class EngineHostCore:
             if self.proc is not None and self.proc.poll() is not None:
                 self._read_log()
                 failure = self.adapter.classify_exit(self.events, self.proc.returncode)
+                if failure == "port_in_use":
+                    if self._retry_port():
+                        continue
+                    return self._fail("startup_crash", f"port still in use after "
+                                      f"{self._port_retries} retries")
                 return self._fail(failure, f"server exited with code {self.proc.returncode} "
                                            "during startup")
             if self.base_url:
@@ -150,6 +177,7 @@ class EngineHostCore:
             time.sleep(0.2)
         startup_s = time.monotonic() - self.t_launch if self.t_launch else 0.0
         self._read_log()
+        self._scrape_cache_config()
         applied = self.adapter.applied(self.events)
         mismatches = self.adapter.verify(self.trial, applied)
         info = {"base_url": self.base_url, "startup_s": startup_s, "applied": applied,
@@ -157,6 +185,19 @@ class EngineHostCore:
         if mismatches:
             info.update(self._fail("config_mismatch", "; ".join(mismatches)))
         return info
+
+    def _scrape_cache_config(self) -> None:
+        """One /metrics read once healthy: the block size and count many logs do not state."""
+        try:
+            with urllib.request.urlopen(self.base_url + self.adapter.metrics_path,
+                                        timeout=5) as resp:
+                text = resp.read().decode(errors="replace")
+        except (urllib.error.URLError, OSError, ValueError):
+            return
+        sample = self.adapter.parse_metrics(text, time.monotonic())
+        if sample.block_size or sample.num_blocks:
+            self.events.append(LogEvent("cache_config", {"block_size": sample.block_size,
+                                                         "num_blocks": sample.num_blocks}))
 
     def _fail(self, failure: str, message: str) -> dict[str, Any]:
         return {"failure": failure, "message": message, "log_tail": self.log_tail(),

@@ -106,36 +106,72 @@ def _mean_abs_error(points: list[Point], preds: list[dict[str, float]]) -> float
     return sum(errs) / len(errs) if errs else 0.0
 
 
+def _nelder_mead(f, x0: list[float], step: float, max_evals: int) -> tuple[list[float], float, int]:
+    """Minimise ``f`` from ``x0`` (a point in log space) with the Nelder-Mead simplex."""
+    n = len(x0)
+    simplex = [list(x0)] + [[x + (step if i == j else 0.0) for j, x in enumerate(x0)]
+                            for i in range(n)]
+    values = [f(x) for x in simplex]
+    evals = len(values)
+    while evals < max_evals:
+        order = sorted(range(n + 1), key=values.__getitem__)
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        if values[-1] - values[0] < 1e-7:
+            break
+        centroid = [sum(p[j] for p in simplex[:-1]) / n for j in range(n)]
+        worst = simplex[-1]
+        refl = [c + (c - w) for c, w in zip(centroid, worst)]
+        fr = f(refl)
+        evals += 1
+        if fr < values[0]:
+            exp = [c + 2 * (c - w) for c, w in zip(centroid, worst)]
+            fe = f(exp)
+            evals += 1
+            simplex[-1], values[-1] = (exp, fe) if fe < fr else (refl, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = refl, fr
+        else:
+            con = [c + 0.5 * (w - c) for c, w in zip(centroid, worst)]
+            fc = f(con)
+            evals += 1
+            if fc < values[-1]:
+                simplex[-1], values[-1] = con, fc
+            else:  # shrink towards the best point
+                best = simplex[0]
+                for i in range(1, n + 1):
+                    simplex[i] = [b + 0.5 * (x - b) for b, x in zip(best, simplex[i])]
+                    values[i] = f(simplex[i])
+                    evals += 1
+    i = min(range(n + 1), key=values.__getitem__)
+    return simplex[i], values[i], evals
+
+
 def calibrate(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: str,
               max_evals: int = 80) -> CalibrationResult:
-    """Coordinate search from the profile's current factors; returns before/after errors."""
+    """Nelder-Mead in log space from the profile's current factors; before/after errors."""
     start = {k: float(getattr(get_profile(profile, spec.sim.profiles.get(profile)), k))
              for k in FITTABLE}
-    current = dict(start)
-    preds = predict_points(points, spec, shape, profile, current)
-    best = _loss(points, preds)
-    before_preds = preds
-    evals = 1
-    step = 0.5
-    while step > 0.02 and evals < max_evals:
-        improved = False
-        for k in FITTABLE:
-            for direction in (1, -1):
-                trial = dict(current)
-                base = current[k] if current[k] > 0 else 1.0
-                lo, hi = BOUNDS[k]
-                trial[k] = min(hi, max(lo, base * math.exp(direction * step)))
-                if trial[k] == current[k]:
-                    continue
-                loss = _loss(points, predict_points(points, spec, shape, profile, trial))
-                evals += 1
-                if loss < best - 1e-9:
-                    best, current, improved = loss, trial, True
-                    break
-                if evals >= max_evals:
-                    break
-        if not improved:
-            step /= 2
+    # fit only what the points constrain (no FP8-weight trial says nothing of fp8_weight_eff)
+    cfgs = [p.trial.config for p in points]
+    needs = {"fp8_weight_eff": any(c.weights == "fp8" for c in cfgs),
+             "eager_us_per_layer": any(not c.cuda_graphs for c in cfgs),
+             "graph_us_per_layer": any(c.cuda_graphs for c in cfgs)}
+    keys = [k for k in FITTABLE if needs.get(k, True)]
+
+    def unpack(x: list[float]) -> dict[str, float]:
+        out = dict(start)
+        for k, v in zip(keys, x):
+            lo, hi = BOUNDS[k]
+            out[k] = min(hi, max(lo, math.exp(v) - 1e-3))
+        return out
+
+    def loss(x: list[float]) -> float:
+        return _loss(points, predict_points(points, spec, shape, profile, unpack(x)))
+
+    x0 = [math.log(start[k] + 1e-3) for k in keys]
+    before_preds = predict_points(points, spec, shape, profile, start)
+    best_x, _, evals = _nelder_mead(loss, x0, 0.4, max_evals)
+    current = unpack(best_x)
     after_preds = predict_points(points, spec, shape, profile, current)
     rows = []
     for p, b, a in zip(points, before_preds, after_preds):

@@ -115,7 +115,7 @@ def _events(engine: str, text: str) -> list[tuple[int, LogEvent]]:
 
 
 def _last(events: list[tuple[int, LogEvent]], *kinds: str) -> tuple[int, LogEvent] | None:
-    found = [(n, ev) for n, ev in events if ev.kind in kinds]
+    found = [(n, ev) for n, ev in events if ev.kind in kinds and not ev.data.get("dry_run")]
     return found[-1] if found else None
 
 

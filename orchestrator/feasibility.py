@@ -68,7 +68,7 @@ def infeasible_reason(trial: TrialConfig, spec: SweepSpec, shape: ModelShape | N
     """Why ``trial`` cannot run, or None. ``shape`` None skips the shape-based rules."""
     hw = get_hardware(spec.hardware)
     w = spec.workload
-    if gpus_per_node is not None and trial.tp > gpus_per_node:
+    if gpus_per_node is not None and trial.tp > gpus_per_node and hw.kind == "gpu":
         return f"tp={trial.tp} exceeds the {gpus_per_node} GPUs of the largest node"
     if trial.max_model_len is not None and trial.max_model_len < w.request_tokens:
         return (f"max_model_len={trial.max_model_len} is shorter than one request "

@@ -42,8 +42,9 @@ def connect_ray(spec: SweepSpec) -> None:
                                   log_to_driver=False, logging_level="WARNING")
     if spec.cluster.address:
         ray.init(address=spec.cluster.address, **kwargs)
-    else:
-        ray.init(num_gpus=spec.cluster.gpus, num_cpus=spec.cluster.cpus, **kwargs)
+    else:  # "local": never join some other cluster that happens to run on this machine
+        ray.init(address="local", num_gpus=spec.cluster.gpus, num_cpus=spec.cluster.cpus,
+                 **kwargs)
 
 
 def cluster_gpus_per_node() -> tuple[int, int]:

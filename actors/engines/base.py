@@ -143,6 +143,10 @@ class EngineAdapter(abc.ABC):
     extras: ClassVar[dict[str, type]] = {}
     #: False for endpoints servesweep does not start (``external``).
     launches_process: ClassVar[bool] = True
+    #: Whether the server honours ``stream_options.continuous_usage_stats`` (usage in every
+    #: chunk, so a chunk carrying k tokens counts k); else one token per non-empty chunk,
+    #: reconciled with the final usage.
+    per_chunk_usage: ClassVar[bool] = True
     health_path: ClassVar[str] = "/health"
     metrics_path: ClassVar[str] = "/metrics"
 

@@ -85,6 +85,7 @@ class TrtllmAdapter(EngineAdapter):
     """
 
     name = "trtllm"
+    per_chunk_usage = False  # continuous_usage_stats not confirmed for trtllm-serve
     admission = "guaranteed_no_evict"
     extras: ClassVar[dict[str, type]] = {
         "capacity_scheduler_policy": str, "enable_block_reuse": bool,

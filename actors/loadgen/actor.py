@@ -72,7 +72,7 @@ class LoadGeneratorCore:
         self.runner = LevelRunner(base_url, model_name, self.workload, prompts,
                                   parse_metrics=adapter.parse_metrics,
                                   metrics_path=adapter.metrics_path, time_scale=time_scale,
-                                  api_key=api_key, per_chunk_usage=True,
+                                  api_key=api_key, per_chunk_usage=adapter.per_chunk_usage,
                                   transport=transport, shards=shards)
         self._rows: list[tuple[int, RequestRecord]] = []
         self._t0: float | None = None
