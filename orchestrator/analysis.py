@@ -72,6 +72,7 @@ class Crossover:
     between: tuple[int, int]
     from_label: str
     to_label: str
+    within_noise: bool = False  # a winner on either side leads by less than the band
 
 
 def winners(results: list[TrialResult], slo: SLO, band: float = 0.05) -> list[Winner]:
@@ -111,7 +112,8 @@ def crossovers(ws: list[Winner]) -> list[Crossover]:
     out = []
     for a, b in zip(ws, ws[1:]):
         if a.key and b.key and a.key != b.key:
-            out.append(Crossover((a.concurrency, b.concurrency), a.label or "", b.label or ""))
+            out.append(Crossover((a.concurrency, b.concurrency), a.label or "", b.label or "",
+                                 a.within_noise or b.within_noise))
     return out
 
 

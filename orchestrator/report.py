@@ -57,8 +57,10 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
     if xs:
         parts.append("\nCrossover(s):")
         for x in xs:
+            noise = "  (within noise: a winner leads by less than the band)" \
+                if x.within_noise else ""
             parts.append(f"  between c={x.between[0]} and c={x.between[1]}: "
-                         f"{x.from_label}  ->  {x.to_label}")
+                         f"{x.from_label}  ->  {x.to_label}{noise}")
     else:
         parts.append("\nNo crossover: one configuration wins at every level."
                      if any(win.key for win in ws) else "\nNo winner at any level.")
