@@ -126,6 +126,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     data = report_json(spec, ordered, ledger.sweep_id)
     (report_dir).mkdir(exist_ok=True)
     (report_dir / "report.json").write_text(json.dumps(data, indent=1, default=str))
+    from orchestrator.report import winners_export
+
+    (report_dir / "winners.json").write_text(
+        json.dumps(winners_export(spec, ordered), indent=1, default=str))
     hint = _tracking_hint(tracker.uri) if tracker else ""
     text = render_text(spec, ordered, ledger.sweep_id, hint)
     (report_dir / "report.txt").write_text(text + "\n")

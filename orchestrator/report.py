@@ -9,7 +9,7 @@ from orchestrator.analysis import crossovers, levels_frame, winners
 from orchestrator.results import TrialResult, TrialStatus
 from orchestrator.spec import SweepSpec
 
-__all__ = ["render_text", "report_json", "write_plots"]
+__all__ = ["render_text", "report_json", "write_plots", "winners_export"]
 
 
 def _n(x: float | None, spec: str) -> str:
@@ -94,6 +94,23 @@ def report_json(spec: SweepSpec, results: list[TrialResult], sweep_id: str) -> d
         "winners": [asdict(w) for w in ws],
         "crossovers": [asdict(c) for c in crossovers(ws)],
     }
+
+
+def winners_export(spec: SweepSpec, results: list[TrialResult]) -> list[dict[str, Any]]:
+    """Per concurrency: the winning config and the exact server command it ran with."""
+    by_key = {r.key: r for r in results}
+    out = []
+    for w in winners(results, spec.slo, spec.workload.noise_band):
+        if w.key is None:
+            continue
+        r = by_key[w.key]
+        out.append({"concurrency": w.concurrency, "label": w.label,
+                    "output_tok_s": w.output_tok_s, "ttft_p99_ms": w.ttft_p99_ms,
+                    "margin": w.margin, "within_noise": w.within_noise,
+                    "config": r.config.model_dump(mode="json"),
+                    "command": r.host.get("argv"), "engine_version": r.versions.get("engine"),
+                    "hardware": r.hardware})
+    return out
 
 
 def write_plots(results: list[TrialResult], out_dir: Path) -> list[Path]:

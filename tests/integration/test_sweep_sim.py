@@ -89,3 +89,6 @@ def test_report_json_lists_trials_and_winners(sweep, capsys):
     assert [w["concurrency"] for w in data["winners"]] == [1, 4]
     assert all(w["key"] for w in data["winners"])
     assert Path(ledger.dir / "report" / "throughput.png").stat().st_size > 1000
+    exported = json.loads((ledger.dir / "report" / "winners.json").read_text())
+    assert [w["concurrency"] for w in exported] == [1, 4]
+    assert all(w["command"][1:3] == ["-m", "actors.sim.server"] for w in exported)
