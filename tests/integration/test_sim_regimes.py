@@ -23,7 +23,7 @@ def frame(tmp_path_factory):
     home = tmp_path_factory.mktemp("state")
     spec = minimal_spec(name="regimes", hardware="rtx-5090")
     spec["workload"] = {"prompt_tokens": 128, "output_tokens": 384, "concurrency": [46, 64],
-                        "rounds": 2, "warmup_requests": 0, "requests_per_round": 128}
+                        "rounds": 2, "warmup_requests": 0}  # 2c requests: whole waves
     spec["sim"] = {"time_scale": 0.1, "seed": 1, "stream_interval": 16}
     # 0.62 of the card leaves room for 46 full-length requests with a BF16 KV cache
     spec["space"] = [{"engine": "sim", "profile": "trtllm", "kv_dtype": ["auto", "fp8"],
