@@ -46,9 +46,10 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
         margin = "-" if win.margin is None else f"+{100 * win.margin:.1f}%"
         if win.within_noise:
             margin += " (within noise)"
+        flags = f"  [{win.note}]" if win.note else ""  # the winning level's own flags
         rows.append([str(win.concurrency), win.label or "", _n(win.output_tok_s, ".1f"),
                      _n(win.ttft_p50_ms, ".1f"), _n(win.ttft_p99_ms, ".1f"),
-                     _n(win.itl_p50_ms, ".2f"), f"{margin} vs {win.runner_up or '-'}"])
+                     _n(win.itl_p50_ms, ".2f"), f"{margin} vs {win.runner_up or '-'}{flags}"])
     parts.append("\nWinner per concurrency (highest output tok/s among valid levels"
                  + (" meeting the SLO" if spec.slo.model_dump(exclude_none=True) else "") + "):")
     parts.append(_table(["conc", "winner", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
@@ -134,6 +135,8 @@ def write_plots(results: list[TrialResult], out_dir: Path) -> list[Path]:
             g = g.sort_values("concurrency")
             ax.plot(g["concurrency"], g[metric], marker="o", label=label, linewidth=1.2)
         ax.set_xscale("log", base=2)
+        levels = sorted(df["concurrency"].unique())
+        ax.set_xticks(levels, [str(c) for c in levels])
         ax.set_xlabel("concurrency (requests in flight)")
         ax.set_ylabel(title)
         ax.set_title(f"{title} by concurrency")
