@@ -58,6 +58,20 @@ async def _run(host: str, port: int, streams: int, tokens: int) -> float:
     return streams * tokens / (time.perf_counter() - t0)
 
 
+async def _client(url: str, streams: int, tokens: int) -> dict:
+    """servesweep's own load generator (lean client) reading the same sim: who is the limit?"""
+    from actors.loadgen.level import LevelRunner
+    from actors.loadgen.prompts import PromptFactory
+    from orchestrator.spec import Workload
+
+    w = Workload(prompt_tokens=32, output_tokens=tokens, concurrency=[streams], rounds=2,
+                 warmup_requests=0, requests_per_round=streams)
+    runner = LevelRunner(url, "m", w, PromptFactory(list(range(100, 4000)), 32), time_scale=0)
+    lv = await runner.run_level(streams)
+    return {"client_tok_s": round(lv.metrics.output_tok_s),
+            "client_cpu_frac": round(lv.client.cpu_frac, 2), "level_status": lv.status}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--streams", type=int, nargs="+", default=[64, 256])
@@ -86,8 +100,9 @@ def main() -> None:
             for n in a.streams:
                 asyncio.run(_run("127.0.0.1", port, min(n, 8), 16))  # warm-up
                 rate = asyncio.run(_run("127.0.0.1", port, n, a.tokens))
+                ours = asyncio.run(_client(f"http://127.0.0.1:{port}", n, a.tokens))
                 print(json.dumps({"streams": n, "tokens": a.tokens, "time_scale": 0,
-                                  "sim_delivered_tok_s": round(rate)}))
+                                  "sim_delivered_tok_s": round(rate), **ours}))
         finally:
             server.terminate()
             server.wait(timeout=10)

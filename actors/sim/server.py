@@ -87,6 +87,18 @@ class SimServer:
                 continue
             target += out.duration * self.scale
             delay = target - time.monotonic()
+            if self.scale == 0:  # unpaced: run iterations for ~10 ms between writes, so
+                # handlers send the tokens of several iterations in one chunk (as any
+                # server does when its client falls behind) and the sim out-runs the client
+                self._deliver(out)
+                deadline = time.perf_counter() + 0.01
+                while time.perf_counter() < deadline and not self.stalled:
+                    more = self.engine.step()
+                    if more is None:
+                        break
+                    self._deliver(more)
+                await asyncio.sleep(0)
+                continue
             if delay > 0:
                 await asyncio.sleep(delay)
             else:
@@ -94,18 +106,22 @@ class SimServer:
                 if delay < -0.05:  # fell behind (overloaded host): do not burst to catch up
                     self._behind(-delay)
                     target = time.monotonic()
-            fault = self.cfg.fault
-            if fault.kind == "stall_after" and self.engine.generation_tokens_total >= fault.value:
-                self.stalled = True
-                _log("WARNING sim: stalling (fault injection); health stays OK")
-            for seq in out.emitted:
-                seq.user.put_nowait(seq.generated)
-            for seq in out.finished:
-                seq.user.put_nowait(None)
-                self.finished_requests += 1
-                if fault.kind == "crash_after" and self.finished_requests >= fault.value:
-                    _log("ERROR sim: engine core died unexpectedly (fault injection)")
-                    os._exit(3)
+            self._deliver(out)
+
+    def _deliver(self, out) -> None:
+        """Hand each sequence its new token count (None once finished); apply faults."""
+        fault = self.cfg.fault
+        if fault.kind == "stall_after" and self.engine.generation_tokens_total >= fault.value:
+            self.stalled = True
+            _log("WARNING sim: stalling (fault injection); health stays OK")
+        for seq in out.emitted:
+            seq.user.put_nowait(seq.generated)
+        for seq in out.finished:
+            seq.user.put_nowait(None)
+            self.finished_requests += 1
+            if fault.kind == "crash_after" and self.finished_requests >= fault.value:
+                _log("ERROR sim: engine core died unexpectedly (fault injection)")
+                os._exit(3)
 
     def _behind(self, seconds: float) -> None:
         """Real time lost because the host could not keep the pace: results understate."""
