@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from actors.engines.sim import sim_settings
 from actors.sim.hardware import get_hardware
-from actors.sim.perf import FITTABLE, SimConfig, get_profile
+from actors.sim.perf import FITTABLE, get_profile
 from actors.sim.predict import build_engine, simulate_closed_loop
 from actors.sim.shapes import ModelShape
 from orchestrator.feasibility import family_of
@@ -75,11 +76,7 @@ def predict_points(points: list[Point], spec: SweepSpec, shape: ModelShape, prof
         s = p.spec or spec
         hw, w = get_hardware(s.hardware), s.workload
         c = p.trial.config
-        cfg = SimConfig(tp=c.tp, weights=c.weights, kv_dtype=c.kv_dtype,
-                        cuda_graphs=c.cuda_graphs, graph_max_batch=c.graph_max_batch,
-                        max_num_seqs=c.max_num_seqs, max_num_tokens=c.max_num_tokens,
-                        max_model_len=c.max_model_len,
-                        gpu_memory_fraction=c.gpu_memory_fraction)
+        cfg = sim_settings(c)
         engine, _ = build_engine(shape, hw, profile, cfg, jitter=0.0, overrides=overrides)
         pred = simulate_closed_loop(engine, p.concurrency, min(w.requests_for(p.concurrency),
                                                                2 * p.concurrency + 2),

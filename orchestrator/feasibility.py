@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from actors.engines import get_adapter
+from actors.engines.sim import sim_settings
 from actors.sim.hardware import Hardware, get_hardware
-from actors.sim.perf import PROFILES, SimConfig, plan_memory
+from actors.sim.perf import PROFILES, plan_memory
 from actors.sim.predict import resolve_limits
 from actors.sim.shapes import ModelShape
 from orchestrator.spec import SweepSpec, TrialConfig
@@ -49,10 +50,7 @@ def _memory(trial: TrialConfig, shape: ModelShape, hw: Hardware, request_tokens:
         return None
     fam = family_of(trial)
     profile = PROFILES.get(fam, PROFILES["vllm"])
-    cfg = SimConfig(tp=trial.tp, weights=trial.weights, kv_dtype=trial.kv_dtype,
-                    cuda_graphs=trial.cuda_graphs, max_num_seqs=trial.max_num_seqs,
-                    max_num_tokens=trial.max_num_tokens,
-                    gpu_memory_fraction=trial.gpu_memory_fraction)
+    cfg = sim_settings(trial)
     seqs, tokens = resolve_limits(profile.name, cfg)
     mem = plan_memory(shape, hw, profile, cfg, seqs, tokens)
     if mem.blocks < mem.blocks_for(request_tokens):

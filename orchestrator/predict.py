@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from actors.engines.sim import sim_settings
 from actors.sim.hardware import get_hardware
-from actors.sim.perf import PROFILES, SimConfig
+from actors.sim.perf import PROFILES
 from actors.sim.predict import build_engine, simulate_closed_loop
 from actors.sim.shapes import ModelShape
 from orchestrator.feasibility import family_of
@@ -51,11 +52,7 @@ def predict_trial(trial: TrialConfig, spec: SweepSpec, shape: ModelShape) -> Tri
     hw = get_hardware(spec.hardware)
     fam = family_of(trial)
     profile = fam if fam in PROFILES else "vllm"
-    cfg = SimConfig(tp=trial.tp, weights=trial.weights, kv_dtype=trial.kv_dtype,
-                    cuda_graphs=trial.cuda_graphs, graph_max_batch=trial.graph_max_batch,
-                    max_num_seqs=trial.max_num_seqs, max_num_tokens=trial.max_num_tokens,
-                    max_model_len=trial.max_model_len,
-                    gpu_memory_fraction=trial.gpu_memory_fraction)
+    cfg = sim_settings(trial)
     w = spec.workload
     scale = spec.sim.time_scale if trial.engine == "sim" else 1.0
     levels = []

@@ -16,7 +16,12 @@ from actors.sim.perf import PROFILES, SimConfig
 from actors.sim.shapes import load_shape
 from orchestrator.spec import SpaceEntry, TrialConfig
 
-__all__ = ["SimAdapter"]
+__all__ = ["SimAdapter", "sim_settings"]
+
+
+def sim_settings(trial: TrialConfig) -> SimConfig:
+    """The performance model's view of a trial (every server setting it models)."""
+    return SimConfig(**{k: getattr(trial, k) for k in SimConfig.model_fields})
 
 _HEADER = re.compile(r"servesweep-sim (?P<version>\S+): profile=(?P<profile>\w+) "
                      r"hardware=(?P<hardware>\S+) model=\S+ tp=(?P<tp>\d+) "
@@ -57,11 +62,7 @@ class SimAdapter(EngineAdapter):
 
     def server_config(self, trial: TrialConfig, ctx: LaunchContext) -> SimServerConfig:
         shape = load_shape(ctx.model.preset, ctx.model.path)
-        settings = SimConfig(
-            tp=trial.tp, weights=trial.weights, kv_dtype=trial.kv_dtype,
-            cuda_graphs=trial.cuda_graphs, graph_max_batch=trial.graph_max_batch,
-            max_num_seqs=trial.max_num_seqs, max_num_tokens=trial.max_num_tokens,
-            max_model_len=trial.max_model_len, gpu_memory_fraction=trial.gpu_memory_fraction)
+        settings = sim_settings(trial)
         return SimServerConfig(
             profile=trial.profile or "vllm", hardware=ctx.hardware, shape=shape,
             settings=settings, served_name=ctx.model.display_name,
