@@ -1,7 +1,11 @@
 """Capacity: streamed tokens/s one client core sustains, ours vs ``vllm bench serve``'s client.
 
-The minimal SSE server (``loadgen_sse_server.py``) runs pinned to core 0; every
-client runs pinned to core 1, one after another against the same server:
+The minimal SSE server runs pinned to core 0: by default the C one (``sse_server.c``,
+built with gcc into benchmarks/results/ on first use; 8-13 us of CPU per token at one
+token per write, ~100k tok/s from one core), with ``--server python`` the Python one
+(``loadgen_sse_server.py``, 10-16 us per token). At 2 ms x 256 (128k offered) either
+server's core is near its limit too: see the server CPU column. Every client runs
+pinned to core 1, one after another against the same server:
 
 - ours, lean transport (``actors.loadgen.http1``, the default),
 - ours, aiohttp transport,
@@ -12,10 +16,10 @@ and ``paced S ms`` (one token to every stream each S ms, so one token per read
 while the client keeps up; offered tokens/s = streams / S). 256 output tokens,
 32 prompt tokens, 2 x streams requests per run. Reported per run: output tok/s,
 the offered rate, the client's CPU microseconds per token, TTFT/ITL p50, and the
-ratio ours / vLLM. The server's CPU share is printed so that a saturated server
-(not a client limit) is visible.
+ratio ours / vLLM, and the server's CPU share and CPU microseconds per token over
+that run, so that a saturated server (not a client limit) is visible.
 
-    .venv/bin/python benchmarks/loadgen_capacity.py                        # ~60 s
+    .venv/bin/python benchmarks/loadgen_capacity.py                        # ~40 s
     .venv/bin/python benchmarks/loadgen_capacity.py --modes 5 --streams 256   # 51.2k offered
 """
 
@@ -29,8 +33,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from loadgen_common import (  # noqa: E402
+    DEFAULT_SERVER,
     VllmClient,
     machine_note,
+    proc_cpu_s,
     run_ours,
     save,
     sse_server,
@@ -47,6 +53,8 @@ def main() -> None:
     ap.add_argument("--output-tokens", type=int, default=256)
     ap.add_argument("--clients", default="vllm,lean,aiohttp")
     ap.add_argument("--requests-per-stream", type=int, default=2)
+    ap.add_argument("--server", choices=("c", "python"), default=DEFAULT_SERVER,
+                    help=f"the minimal SSE server (default {DEFAULT_SERVER})")
     args = ap.parse_args()
     steps = [float(s) for s in args.modes.split(",")]
     streams = [int(s) for s in args.streams.split(",")]
@@ -54,31 +62,42 @@ def main() -> None:
     rows: list[dict] = []
     with contextlib.ExitStack() as stack:
         vllm = stack.enter_context(VllmClient(cpus="1")) if "vllm" in clients else None
-        servers = {s: stack.enter_context(sse_server(s, cpus="0")) for s in steps}
+        servers = {s: stack.enter_context(sse_server(s, cpus="0", kind=args.server)) for s in steps}
         for step, srv in servers.items():
             for c in streams:
                 base = dict(mode="unpaced" if step == 0 else f"paced {step:g} ms", streams=c,
                             offered=(c / step * 1e3) if step else None)
                 for t in clients:  # interleaved: every client meets the same conditions
-                    if t == "vllm" and vllm is not None:
+                    if t == "vllm" and vllm is None:
+                        continue
+                    srv0 = proc_cpu_s(srv["pid"])
+                    if t == "vllm":
                         r = vllm.run(srv["url"], streams=c, prompt_tokens=32,
                                      requests=args.requests_per_stream * c,
                                      output_tokens=args.output_tokens)
                         toks = r.get("total_output_tokens") or 0
-                        rows.append(dict(base, client="vllm-bench", tok_s=r["output_throughput"],
-                                         us_tok=1e6 * r["cpu_s"] / toks if toks else None,
-                                         ttft=r.get("median_ttft_ms"), itl=r.get("median_itl_ms"),
-                                         status="ok" if not r["errors"] else "errors", flags="",
-                                         cpu=r["cpu_s"] / r["duration"]))
-                        continue
-                    r = run_ours(srv["url"], cpus="1", streams=c, transport=t,
-                                 requests=args.requests_per_stream * c,
-                                 output_tokens=args.output_tokens)
-                    rows.append(dict(base, client=f"ours-{t}", tok_s=r["output_tok_s"],
-                                     us_tok=r["us_per_token"], ttft=r["ttft_p50_ms"],
-                                     itl=r["itl_p50_ms"], status=r["status"],
-                                     flags=",".join(r["flags"]),
-                                     cpu=r["client_cpu_frac"]))
+                        row = dict(base, client="vllm-bench", tok_s=r["output_throughput"],
+                                   us_tok=1e6 * r["cpu_s"] / toks if toks else None,
+                                   ttft=r.get("median_ttft_ms"), itl=r.get("median_itl_ms"),
+                                   status="ok" if not r["errors"] else "errors", flags="",
+                                   cpu=r["cpu_s"] / r["duration"], secs=r["duration"])
+                    else:
+                        r = run_ours(srv["url"], cpus="1", streams=c, transport=t,
+                                     requests=args.requests_per_stream * c,
+                                     output_tokens=args.output_tokens)
+                        toks = r["tokens"]
+                        row = dict(base, client=f"ours-{t}", tok_s=r["output_tok_s"],
+                                   us_tok=r["us_per_token"], ttft=r["ttft_p50_ms"],
+                                   itl=r["itl_p50_ms"], status=r["status"],
+                                   flags=",".join(r["flags"]), cpu=r["client_cpu_frac"],
+                                   secs=r["round_s"])
+                    # the server's CPU over this client's run (it idles between runs): a
+                    # share near 1 means the server, not the client, set the rate
+                    srv1 = proc_cpu_s(srv["pid"])
+                    if srv0 is not None and srv1 is not None and toks:
+                        row["srv_us_tok"] = 1e6 * (srv1 - srv0) / toks
+                        row["srv_cpu"] = (srv1 - srv0) / row["secs"] if row["secs"] else None
+                    rows.append(row)
     server_stats = {f"{s:g}": srv["stats"] for s, srv in servers.items()}
     for r in rows:  # ratio to the vLLM client in the same mode and streams
         ref = next((x for x in rows if x["client"] == "vllm-bench" and x["mode"] == r["mode"]
@@ -89,12 +108,14 @@ def main() -> None:
                        ("offered", "offered tok/s", ".0f"), ("client", "client", "s"),
                        ("tok_s", "tok/s", ".0f"), ("vs_vllm", "x vLLM", ".2f"),
                        ("us_tok", "CPU us/tok", ".1f"), ("cpu", "client CPU", ".2f"),
+                       ("srv_cpu", "server CPU", ".2f"), ("srv_us_tok", "srv us/tok", ".1f"),
                        ("ttft", "TTFT p50 ms", ".1f"), ("itl", "ITL p50 ms", ".2f"),
                        ("flags", "flags", "s")]))
     for s, st in server_stats.items():
         if st:
-            print(f"server step {s} ms: {st['tokens']} tokens, {st['cpu_s']:.1f} CPU s "
-                  f"over {st['wall_s']:.1f} s alive")
+            print(f"{args.server} server step {s} ms: {st['tokens']} tokens, {st['cpu_s']:.1f} "
+                  f"CPU s over {st['wall_s']:.1f} s alive "
+                  f"({1e6 * st['cpu_s'] / max(st['tokens'], 1):.1f} us/token)")
     path = save("loadgen_capacity", {"machine": machine_note(), "rows": rows,
                                      "servers": server_stats, "args": vars(args)})
     print(f"wrote {path}")

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +27,13 @@ RESULTS = ROOT / "benchmarks" / "results"
 PY = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").is_dir() else sys.executable
 VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
 SSE_SERVER = ROOT / "benchmarks" / "loadgen_sse_server.py"
+SSE_SERVER_C = ROOT / "benchmarks" / "sse_server.c"
+SSE_SERVER_BIN = RESULTS / "sse_server"
+#: which minimal SSE server the capacity and scaling benchmarks use by default: the C one
+#: where gcc can build it (it spends less of its core per token), else the Python one
+DEFAULT_SERVER = "c" if shutil.which("gcc") else "python"
 _URL = re.compile(r"on (http://[\d.]+:\d+)")
+_PORT = re.compile(r"^(\d+)$")  # the C server's first line: its port (on 127.0.0.1)
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -38,7 +45,8 @@ def pinned(argv: list[str], cpus: str | None) -> list[str]:
 
 @contextlib.contextmanager
 def server(argv: list[str], cpus: str | None = "0", timeout: float = 60) -> Iterator[dict]:
-    """Start a server that prints "... on http://HOST:PORT"; yield {"url", "stats"}.
+    """Start a server that prints "Starting ... on http://HOST:PORT" (or, the C server, just
+    its port on 127.0.0.1); yield {"url", "stats"}.
 
     On exit: SIGTERM, then ``stats`` gets the last JSON line it printed (if any)."""
     proc = subprocess.Popen(pinned(argv, cpus), cwd=ROOT, stdout=subprocess.PIPE,
@@ -47,6 +55,7 @@ def server(argv: list[str], cpus: str | None = "0", timeout: float = 60) -> Iter
     try:
         deadline = time.monotonic() + timeout
         assert proc.stdout is not None
+        first = True
         while time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line:
@@ -55,6 +64,11 @@ def server(argv: list[str], cpus: str | None = "0", timeout: float = 60) -> Iter
             if m and ("Starting" in line):
                 info["url"] = m.group(1)
                 break
+            m = _PORT.match(line.strip()) if first else None
+            if m:
+                info["url"] = f"http://127.0.0.1:{m.group(1)}"
+                break
+            first = False
         if not info["url"]:
             raise RuntimeError(f"server did not start: {' '.join(argv)} (rc={proc.poll()})")
         yield info
@@ -72,8 +86,32 @@ def server(argv: list[str], cpus: str | None = "0", timeout: float = 60) -> Iter
                 break
 
 
-def sse_server(step_ms: float, cpus: str | None = "0") -> contextlib.AbstractContextManager:
-    """The minimal SSE server (uvloop where the vLLM environment has it)."""
+def build_c_server() -> Path:
+    """``benchmarks/sse_server.c`` built with ``gcc -O2`` into benchmarks/results/ (when
+    missing or older than the source)."""
+    src, out = SSE_SERVER_C, SSE_SERVER_BIN
+    if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        gcc = shutil.which("gcc")
+        if gcc is None:
+            raise FileNotFoundError("gcc not found: use --server python")
+        tmp = out.with_name(out.name + f".{os.getpid()}")  # never a half-written binary
+        subprocess.run([gcc, "-O2", "-o", str(tmp), str(src)], check=True)
+        tmp.replace(out)
+    return out
+
+
+def sse_server(step_ms: float, cpus: str | None = "0", kind: str = DEFAULT_SERVER
+               ) -> contextlib.AbstractContextManager:
+    """The minimal SSE server, ``c`` or ``python``, same bytes on the wire. Paced (one
+    token per write), ``c`` (``sse_server.c``, epoll) costs 8-13 us of CPU per token, ~1 us
+    of it its own (the rest is loopback TCP, whose receive side runs on the sender's
+    core): ~100k tok/s from one core. ``python`` (``loadgen_sse_server.py``, uvloop where
+    the vLLM environment has it) costs 10-16 us per token."""
+    if kind == "c":
+        return server([str(build_c_server()), "0", str(round(step_ms * 1e3))], cpus)
+    if kind != "python":
+        raise ValueError(f"unknown server {kind!r} (c or python)")
     py = str(VLLM_PY) if VLLM_PY.exists() else PY
     return server([py, str(SSE_SERVER), "--port", "0", "--step-ms", str(step_ms)], cpus)
 
@@ -94,6 +132,15 @@ def sim_server(tmp: Path, time_scale: float, trace: bool = False, cpus: str | No
     path = tmp / f"sim-{time_scale}-{os.getpid()}.json"
     path.write_text(cfg.model_dump_json())
     return server([PY, "-m", "actors.sim.server", "--config", str(path)], cpus)
+
+
+def proc_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) a running process has used so far (Linux ``/proc``)."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_ours(url: str, cpus: str | None = "1", **cfg: object) -> dict:
