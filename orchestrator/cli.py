@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 from orchestrator.errors import EXIT_INPUT, EXIT_OK, EXIT_RUNTIME, ServesweepError, UsageError
@@ -69,80 +68,46 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _tracking_hint(uri: str) -> str:
-    if uri.startswith("sqlite:"):
-        return (f"Open the results in MLflow:\n  .venv/bin/mlflow ui --backend-store-uri {uri} "
-                "--port 5000   (then http://127.0.0.1:5000)\n  or: make ui")
-    return f"Results are in MLflow at {uri}"
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from orchestrator.ledger import Ledger, state_root
     from orchestrator.spec import load_spec
 
     spec = load_spec(args.spec)  # bad input fails here, before anything is created
-    import ray
-
     from orchestrator.plan import plan_sweep
-    from orchestrator.progress import Progress
-    from orchestrator.report import render_text, report_json, write_plots
-    from orchestrator.sweep import SweepController, connect_ray
+    from orchestrator.runner import execute, reap_orphans
     from orchestrator.tracking import Tracker
 
     planned = plan_sweep(spec)
     root = state_root()
+    for sweep_id in reap_orphans(root):
+        _print(f"stopped engines left running by sweep {sweep_id} (its driver is gone)")
     ledger = Ledger.create(Path(args.spec).read_text(), spec.name, root)
     n_ok = sum(p.feasible for p in planned)
     _print(f"sweep {ledger.sweep_id}: {len(planned)} trials ({n_ok} to run, "
            f"{len(planned) - n_ok} infeasible) on {spec.hardware}; state in {ledger.dir}")
     tracker = None if args.no_mlflow else Tracker(root)
-    t0 = time.monotonic()
-    _print("starting Ray ..." if not spec.cluster.address else
-           f"joining Ray at {spec.cluster.address} ...")
-    connect_ray(spec)
-    if tracker is not None:
-        tracker.start_sweep(spec.name, ledger.sweep_id,
-                            {"spec": spec.name, "hardware": spec.hardware,
-                             "model": spec.model.display_name, "search": spec.search.kind,
-                             "prompt_tokens": str(spec.workload.prompt_tokens),
-                             "output_tokens": str(spec.workload.output_tokens),
-                             "concurrency": str(spec.workload.concurrency),
-                             "time_scale": str(spec.sim.time_scale)},
-                            ledger.dir / "spec.yaml")
-    controller = SweepController(spec, ledger, tracker,
-                                 Progress(sum(p.feasible for p in planned), quiet=args.quiet))
-    try:
-        results = controller.run()
-    except KeyboardInterrupt:
-        if tracker is not None:
-            tracker.end_sweep({}, [], "KILLED")
-        _print(f"interrupted; engines stopped. Finished trials are kept in {ledger.dir}")
-        return 130
-    finally:
-        ray.shutdown()
-    ordered = list(results.values())
-    report_dir = ledger.dir / "report"
-    plots = write_plots(ordered, report_dir)
-    data = report_json(spec, ordered, ledger.sweep_id)
-    (report_dir).mkdir(exist_ok=True)
-    (report_dir / "report.json").write_text(json.dumps(data, indent=1, default=str))
-    from orchestrator.report import winners_export
+    return execute(spec, ledger, tracker, args.quiet, n_ok)
 
-    (report_dir / "winners.json").write_text(
-        json.dumps(winners_export(spec, ordered), indent=1, default=str))
-    hint = _tracking_hint(tracker.uri) if tracker else ""
-    text = render_text(spec, ordered, ledger.sweep_id, hint)
-    (report_dir / "report.txt").write_text(text + "\n")
-    if tracker is not None:
-        summary = {"trials": len(ordered), "wall_s": time.monotonic() - t0}
-        summary.update({f"trials_{k}": v for k, v in
-                        data.get("counts", {}).items()} if "counts" in data else {})
-        tracker.end_sweep(summary, [*plots, report_dir / "report.json",
-                                    report_dir / "report.txt"], "FINISHED")
-    _print("")
-    _print(text)
-    _print(f"\nplots: {', '.join(str(p) for p in plots) or 'none (no valid level)'}")
-    return EXIT_OK
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from actors.procs import reap
+    from orchestrator.ledger import Ledger, state_root
+    from orchestrator.plan import plan_sweep
+    from orchestrator.runner import execute
+    from orchestrator.spec import load_spec
+    from orchestrator.tracking import Tracker
+
+    ledger = Ledger.open(args.sweep)
+    spec = load_spec(ledger.dir / "spec.yaml")
+    left = reap(f"{ledger.sweep_id}/")
+    if left:
+        _print(f"stopped {len(left)} engine process(es) left by the earlier driver")
+    done = {k for k, r in ledger.results().items() if r.status.is_finished()}
+    planned = plan_sweep(spec)
+    todo = sum(1 for p in planned if p.feasible and p.config.key() not in done)
+    _print(f"resuming {ledger.sweep_id}: {len(done)} trial(s) final, {todo} to run")
+    tracker = None if args.no_mlflow else Tracker(state_root())
+    return execute(spec, ledger, tracker, args.quiet, todo)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -169,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no per-level progress lines")
     p.add_argument("--no-mlflow", action="store_true", help="ledger only, no MLflow tracking")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("resume", help="finish a sweep whose driver stopped (Ctrl-C, crash)")
+    p.add_argument("sweep", help="sweep id (or a unique prefix) or 'latest'")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--no-mlflow", action="store_true")
+    p.set_defaults(func=cmd_resume)
     p = sub.add_parser("plan", help="list trials and infeasible ones (starts nothing)")
     p.add_argument("spec")
     p.add_argument("--predict", action="store_true",

@@ -66,6 +66,20 @@ class Tracker:
         self.client.log_artifact(self.parent_id, str(spec_path))
         return self.parent_id
 
+    def resume_sweep(self, spec_name: str, sweep_id: str) -> bool:
+        """Reuse the sweep's parent run if MLflow already has one (``resume``)."""
+        exp = self.client.get_experiment_by_name(spec_name)
+        if exp is None:
+            return False
+        runs = self.client.search_runs(
+            [exp.experiment_id], filter_string=f"tags.`servesweep.sweep_id` = '{sweep_id}' "
+                                               "and tags.`servesweep.kind` = 'sweep'")
+        if not runs:
+            return False
+        self.experiment_id, self.parent_id = exp.experiment_id, runs[0].info.run_id
+        self.client.update_run(self.parent_id, status="RUNNING")
+        return True
+
     def _params(self, run_id: str, params: dict[str, str]) -> None:
         from mlflow.entities import Param
 
