@@ -126,6 +126,7 @@ class OptunaSearcher(Searcher):
         self._asked: dict[str, object] = {}
         self._seen: set[str] = set(done)
         self._stale = 0
+        self._n_pruned = 0
 
     @property
     def total(self) -> int:
@@ -138,7 +139,7 @@ class OptunaSearcher(Searcher):
     def ask(self) -> PlannedTrial | None:
         import optuna
 
-        while len(self._seen) < min(self._budget + len(self.pruned), self._n):
+        while len(self._seen) < min(self._budget + self._n_pruned, self._n):
             if self._stale > 4 * self._n:
                 return None  # the sampler keeps proposing trials already run
             trial = self.study.ask()
@@ -159,7 +160,8 @@ class OptunaSearcher(Searcher):
             self._seen.add(key)
             if not planned.feasible:
                 self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                self.pruned.append(planned)
+                self.pruned.append(planned)  # the controller records and pops these
+                self._n_pruned += 1
                 continue
             self._asked[key] = trial
             return planned

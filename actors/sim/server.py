@@ -214,9 +214,10 @@ class SimServer:
                                                 "InternalServerError", "code": 500}}, status=500)
         if fault.kind == "short_by":
             n_out = max(1, n_out - int(fault.value))
-        if plen + n_out > self.cfg.max_model_len:
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        if plen + max_tokens > self.cfg.max_model_len:  # as vLLM: the request's worst case
             return self._bad(f"This model's maximum context length is {self.cfg.max_model_len} "
-                             f"tokens. However, you requested {plen + n_out} tokens.")
+                             f"tokens. However, you requested {plen + max_tokens} tokens.")
         queue: asyncio.Queue = asyncio.Queue()
         seq = self.engine.add(rid, plen, n_out, user=queue)
         self.wake.set()
