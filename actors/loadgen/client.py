@@ -73,12 +73,16 @@ class StreamCounter:
         for data in self.parser.feed(chunk):
             got += self.event(data)
         if got:
-            rec = self.rec
-            if rec.first_token is None:
-                rec.first_token = now
-            rec.arrivals.append(now)
-            rec.counts.append(got)
-            rec.chunk_tokens += got
+            self._arrived(got, now)
+
+    def _arrived(self, got: int, now: float) -> None:
+        """``got`` tokens arrived in one read at ``now`` (they share that arrival time)."""
+        rec = self.rec
+        if rec.first_token is None:
+            rec.first_token = now
+        rec.arrivals.append(now)
+        rec.counts.append(got)
+        rec.chunk_tokens += got
 
     @property
     def between_events(self) -> bool:
@@ -92,12 +96,7 @@ class StreamCounter:
         for k in range(0, len(spans), 2):
             got += self.event(buf, spans[k], spans[k + 1])
         if got:
-            rec = self.rec
-            if rec.first_token is None:
-                rec.first_token = now
-            rec.arrivals.append(now)
-            rec.counts.append(got)
-            rec.chunk_tokens += got
+            self._arrived(got, now)
 
     def event(self, data: bytes, start: int = 0, end: int | None = None) -> int:
         """Tokens carried by one event's ``data`` payload, ``data[start:end]`` (0 for
