@@ -89,15 +89,6 @@ class StreamCounter:
         """No partial event is buffered (a transport may then hand over whole events)."""
         return not (self.parser._buf or self.parser._data)
 
-    def feed_spans(self, buf: bytes, spans: list[int], now: float) -> None:
-        """Whole events of one read, as payload offsets ``[s0, e0, s1, e1, ...]`` into
-        ``buf`` (a transport's hot path: no copy, no SSE parse)."""
-        got = 0
-        for k in range(0, len(spans), 2):
-            got += self.event(buf, spans[k], spans[k + 1])
-        if got:
-            self._arrived(got, now)
-
     def event(self, data: bytes, start: int = 0, end: int | None = None) -> int:
         """Tokens carried by one event's ``data`` payload, ``data[start:end]`` (0 for
         usage-only events, errors and [DONE])."""
