@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """How fast the sim streams over HTTP at time scale 0 (it must out-run any client).
 
-The sim server runs pinned to one core; a lean reader on the other core opens N streams
-(raw asyncio sockets, HTTP/1.1 by hand, counting SSE events without parsing JSON) and
-measures delivered tokens/s. Compare with the load generator's own capacity
-(benchmarks/loadgen_capacity.py): the sim must deliver more than our client can read.
+The sim server runs pinned to one core; on the other core first a lean reader opens N
+streams (raw asyncio sockets, HTTP/1.1 by hand, counting SSE events without parsing JSON)
+and measures delivered tokens/s, then servesweep's own load generator reads the same
+streams. For the load generator's run both processes' CPU shares are reported: the one
+near 1.0 is the bottleneck (the sim must not be).
 
 usage: .venv/bin/python benchmarks/sim_serve.py [--streams 64 256] [--tokens 256]
 """
@@ -28,6 +29,9 @@ sys.path.insert(0, str(ROOT))
 from actors.sim.config import SimServerConfig  # noqa: E402
 from actors.sim.perf import SimConfig  # noqa: E402
 from actors.sim.shapes import get_preset  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from loadgen_common import proc_cpu_s  # noqa: E402
 
 
 async def _stream(host: str, port: int, body: bytes) -> int:
@@ -100,9 +104,13 @@ def main() -> None:
             for n in a.streams:
                 asyncio.run(_run("127.0.0.1", port, min(n, 8), 16))  # warm-up
                 rate = asyncio.run(_run("127.0.0.1", port, n, a.tokens))
+                cpu0, t0 = proc_cpu_s(server.pid), time.perf_counter()
                 ours = asyncio.run(_client(f"http://127.0.0.1:{port}", n, a.tokens))
+                cpu1, t1 = proc_cpu_s(server.pid), time.perf_counter()
+                sim_cpu = (cpu1 - cpu0) / (t1 - t0) if cpu0 is not None and cpu1 else None
                 print(json.dumps({"streams": n, "tokens": a.tokens, "time_scale": 0,
-                                  "sim_delivered_tok_s": round(rate), **ours}))
+                                  "sim_delivered_tok_s": round(rate), **ours,
+                                  "sim_cpu_frac": round(sim_cpu, 2) if sim_cpu else None}))
         finally:
             server.terminate()
             server.wait(timeout=10)

@@ -142,14 +142,20 @@ class SimEngine:
         decodes: list[Seq] = []
         chunks: list[tuple[Seq, int]] = []
         budget = self.max_num_tokens
+        bs = self.memory.block_size
+        prefilling = False
         for seq in list(self.running):  # admission order: the oldest keep their blocks
             if seq.state != "running":  # preempted while making room for an older one
                 continue
-            if seq.computed >= seq.target_len - 1 and seq.computed > 0:
-                if no_evict or self._preempt_for(seq, seq.computed + 1):
+            c = seq.computed
+            if c > 0 and c >= seq.prompt_len + seq.generated - 1:  # decoding
+                # the next token's KV fits the blocks held (the common case), or grow
+                if no_evict or c < seq.blocks * bs or self._preempt_for(seq, c + 1):
                     decodes.append(seq)
                     budget -= 1
-        for seq in self.running:  # running but mid-prefill (chunked)
+            else:
+                prefilling = True
+        for seq in self.running if prefilling else ():  # running but mid-prefill (chunked)
             if seq.computed < seq.target_len - 1 or seq.computed == 0:
                 n = min(seq.target_len - seq.computed, budget)
                 if n > 0 and (no_evict or self._grow(seq, seq.computed + n)):
@@ -190,10 +196,9 @@ class SimEngine:
             duration *= 1.0 + self._rng.uniform(-self.jitter, self.jitter)
         self.now += duration
         self.iterations += 1
-        emitted: list[Seq] = []
         for seq in decodes:
             seq.computed += 1
-            emitted.append(seq)
+        emitted = decodes.copy()
         for seq, n in chunks:
             seq.computed += n
             self.prompt_tokens_total += n

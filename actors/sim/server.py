@@ -11,7 +11,9 @@ reads it as ground truth).
 
 One engine loop runs the ``SimEngine``: each iteration's simulated duration
 is slept for ``duration * time_scale`` of real time (0: as fast as possible),
-then every sequence that produced a token gets it. Startup prints log lines in
+then every sequence that produced a token gets it: the loop pushes each
+request's sink, which writes the SSE frame straight to its socket
+(``actors.sim.stream``). Startup prints log lines in
 the imitated engine's own format (see ``actors.sim.startup_log``) and then
 ``Starting sim server on http://HOST:PORT``; ``--port 0`` lets the OS choose.
 
@@ -40,6 +42,7 @@ from actors.sim.config import SimServerConfig
 from actors.sim.metrics_text import render_metrics
 from actors.sim.scheduler import Seq
 from actors.sim.startup_log import oom_lines, startup_lines, stats_line
+from actors.sim.stream import Sink, StreamSink, usage_json
 
 __all__ = ["SimServer", "main"]
 
@@ -62,6 +65,7 @@ class SimServer:
         self._behind_logged = 0.0
         self.trace: dict[str, list[float]] | None = {} if cfg.trace else None
         self.stalled = False
+        self._dirty: dict[Sink, None] = {}  # sinks with tokens to push, in emission order
         self._stats_prev = (0, 0, time.monotonic())
         self.app = web.Application()
         self.app.add_routes([
@@ -97,6 +101,7 @@ class SimServer:
                     if more is None:
                         break
                     self._deliver(more)
+                self._flush()
                 await asyncio.sleep(0)
                 continue
             if delay > 0:
@@ -107,21 +112,28 @@ class SimServer:
                     self._behind(-delay)
                     target = time.monotonic()
             self._deliver(out)
+            self._flush()
 
     def _deliver(self, out) -> None:
-        """Hand each sequence its new token count (None once finished); apply faults."""
+        """Note which requests have new tokens (``_flush`` pushes them); apply faults."""
         fault = self.cfg.fault
         if fault.kind == "stall_after" and self.engine.generation_tokens_total >= fault.value:
             self.stalled = True
             _log("WARNING sim: stalling (fault injection); health stays OK")
+        dirty = self._dirty
         for seq in out.emitted:
-            seq.user.put_nowait(seq.generated)
-        for seq in out.finished:
-            seq.user.put_nowait(None)
+            dirty[seq.user] = None
+        for _ in out.finished:
             self.finished_requests += 1
             if fault.kind == "crash_after" and self.finished_requests >= fault.value:
                 _log("ERROR sim: engine core died unexpectedly (fault injection)")
                 os._exit(3)
+
+    def _flush(self) -> None:
+        """Push every request that got tokens since the last flush (one frame each)."""
+        dirty, self._dirty = self._dirty, {}
+        for sink in dirty:
+            sink.push()
 
     def _behind(self, seconds: float) -> None:
         """Real time lost because the host could not keep the pace: results understate."""
@@ -218,28 +230,36 @@ class SimServer:
         if plen + max_tokens > self.cfg.max_model_len:  # as vLLM: the request's worst case
             return self._bad(f"This model's maximum context length is {self.cfg.max_model_len} "
                              f"tokens. However, you requested {plen + max_tokens} tokens.")
-        queue: asyncio.Queue = asyncio.Queue()
-        seq = self.engine.add(rid, plen, n_out, user=queue)
-        self.wake.set()
         stream = bool(body.get("stream"))
-        opts = body.get("stream_options") or {}
+        loop = asyncio.get_running_loop()
+        resp: web.StreamResponse | None = None
+        if stream:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache"})
+            await resp.prepare(request)
+            await resp.write(b"")  # the headers go out now: frames follow on the transport
+            trace = self.trace.setdefault(rid, []) if self.trace is not None else None
+            sink: Sink = StreamSink(
+                loop, request.transport, rid, self.cfg.served_name, chat,  # type: ignore[arg-type]
+                body.get("stream_options") or {}, self.cfg.stream_interval,
+                int(fault.value) if fault.kind == "disconnect_after" else 0, trace)
+        else:
+            sink = Sink(loop)
+        seq = self.engine.add(rid, plen, n_out, user=sink)
+        sink.seq = seq
+        self.wake.set()
         try:
-            if stream:
-                return await self._stream(request, seq, queue, chat, opts)
-            return await self._whole(seq, queue, chat)
+            finished = await sink.done
+            if resp is None:
+                return self._whole(seq, chat)
+            if finished:
+                await resp.write_eof()
+            return resp
         finally:
             if seq.state in ("waiting", "running"):
                 self.engine.abort(seq)
 
-    @staticmethod
-    def _usage(seq: Seq, generated: int | None = None) -> str:
-        n = seq.generated if generated is None else generated
-        return (f'{{"prompt_tokens":{seq.prompt_len},"completion_tokens":{n},'
-                f'"total_tokens":{seq.prompt_len + n}}}')
-
-    async def _whole(self, seq: Seq, queue: asyncio.Queue, chat: bool) -> web.Response:
-        while await queue.get() is not None:
-            pass
+    def _whole(self, seq: Seq, chat: bool) -> web.Response:
         text = "".join(f" t{i}" for i in range(seq.generated))
         choice = ({"index": 0, "message": {"role": "assistant", "content": text},
                    "finish_reason": "length"} if chat else
@@ -247,56 +267,7 @@ class SimServer:
         return web.json_response({
             "id": f"cmpl-{seq.rid}", "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": self.cfg.served_name, "choices": [choice],
-            "usage": json.loads(self._usage(seq))})
-
-    async def _stream(self, request: web.Request, seq: Seq, queue: asyncio.Queue, chat: bool,
-                      opts: dict) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        per_chunk = bool(opts.get("continuous_usage_stats"))
-        head = (f'data: {{"id":"chatcmpl-{seq.rid}","object":"chat.completion.chunk",'
-                f'"created":{int(time.time())},"model":"{self.cfg.served_name}","choices":'
-                if chat else
-                f'data: {{"id":"cmpl-{seq.rid}","object":"text_completion",'
-                f'"created":{int(time.time())},"model":"{self.cfg.served_name}","choices":')
-        trace = None
-        if self.trace is not None:
-            trace = self.trace.setdefault(seq.rid, [])
-        first = True
-        sent = 0
-        while True:
-            item = await queue.get()  # tokens generated so far; None when finished
-            finished = item is None
-            i = sent if finished else item
-            while not queue.empty():  # the client fell behind: one chunk for all tokens
-                nxt = queue.get_nowait()
-                finished = finished or nxt is None
-                i = i if nxt is None else nxt
-            due = first or finished or i >= seq.max_tokens or i - sent >= self.cfg.stream_interval
-            if i > sent and due:
-                if chat:
-                    role = '"role":"assistant",' if first else ""
-                    choice = f'[{{"index":0,"delta":{{{role}"content":" t{i}"}},"finish_reason":'
-                else:
-                    choice = f'[{{"index":0,"text":" t{i}","logprobs":null,"finish_reason":'
-                fin = '"length"' if i >= seq.max_tokens else "null"
-                usage = f',"usage":{self._usage(seq, i)}' if per_chunk else ""
-                await resp.write(f"{head}{choice}{fin}}}]{usage}}}\n\n".encode())
-                if trace is not None:
-                    trace.extend([time.monotonic()] * (i - sent))
-                sent = i
-                first = False
-                if self.cfg.fault.kind == "disconnect_after" and sent >= self.cfg.fault.value:
-                    request.transport.close()  # drop the connection mid-stream
-                    return resp
-            if finished or i >= seq.max_tokens:
-                break
-        if opts.get("include_usage"):
-            await resp.write(f'{head}[],"usage":{self._usage(seq)}}}\n\n'.encode())
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
+            "usage": json.loads(usage_json(seq))})
 
 
 async def _serve(cfg: SimServerConfig) -> None:
