@@ -36,7 +36,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not engine"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check orchestrator actors tests benchmarks
+	$(VENV)/bin/ruff check orchestrator actors tests benchmarks deploy
 
 ## ui: the MLflow UI over mlruns/
 ui: $(STAMP)
