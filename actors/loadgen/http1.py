@@ -533,8 +533,9 @@ async def stream_request_lean(pool: ConnectionPool, path: str, body: dict[str, A
                 outcome = await fut
             finally:
                 pool.release(conn)
-            if outcome is None:
-                counter.finish(_perf())
+            if outcome is None:  # ended when its last bytes arrived (kernel time), not
+                rec.end = conn.last_read  # when a busy loop got round to it
+                counter.finish(rec.end)
                 return
             kind, detail, got_bytes = outcome
             if kind == "disconnect" and reused and not got_bytes and attempt == 0:
@@ -542,4 +543,5 @@ async def stream_request_lean(pool: ConnectionPool, path: str, body: dict[str, A
             rec.error, rec.error_detail = kind, detail[:300]
             return
     finally:
-        rec.end = _perf()
+        if not rec.end:
+            rec.end = _perf()
