@@ -91,9 +91,9 @@ class SimServer:
                 continue
             target += out.duration * self.scale
             delay = target - time.monotonic()
-            if self.scale == 0:  # unpaced: run iterations for ~10 ms between writes, so
-                # handlers send the tokens of several iterations in one chunk (as any
-                # server does when its client falls behind) and the sim out-runs the client
+            if self.scale == 0:  # unpaced: run iterations for ~10 ms between flushes, so
+                # each stream gets the tokens of several iterations in one write (one event
+                # each, as from a server whose client lags) and the sim out-runs the client
                 self._deliver(out)
                 deadline = time.perf_counter() + 0.01
                 while time.perf_counter() < deadline and not self.stalled:
