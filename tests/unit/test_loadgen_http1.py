@@ -79,3 +79,30 @@ def test_error_status_with_content_length():
 def test_garbage_is_a_protocol_error():
     rec, outcome = replay([HEAD, b"zz\r\nnot a chunk\r\n"])
     assert outcome[0] == "protocol"
+
+
+def _chunk(event: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(event), event)
+
+
+TOKEN = (b'data: {"id":"c","object":"text_completion","choices":[{"index":0,"text":" a",'
+         b'"finish_reason":null}],"usage":{"prompt_tokens":5,"completion_tokens":%d,'
+         b'"total_tokens":%d}}\n\n')
+
+
+@pytest.mark.parametrize("read, expected", [
+    (_chunk(TOKEN % (3, 8)), 3),  # one token event
+    (_chunk(TOKEN % (3, 8)) + _chunk(TOKEN % (4, 9)), 4),  # two: the last one counts
+    (_chunk(TOKEN % (3, 8))[:-5], -1),  # a partial chunk
+    (_chunk(b'data: {"choices":[],"usage":{"completion_tokens":4}}\n\n'), -1),  # usage only
+    (_chunk(b"data: [DONE]\n\n"), -1),
+    (_chunk(b'data: {"choices":[{"text":" a"}]}\n\n'), -1),  # no per-chunk usage
+    (_chunk(b'data: {"choices":[{"text":" a"}],\ndata: "usage":{"completion_tokens":1}}\n\n'),
+     -1),  # a multi-line event
+    (b"0\r\n\r\n", -1),  # the last chunk
+    (b"zz\r\n" + TOKEN % (3, 8) + b"\r\n", -1),  # not a chunk size
+])
+def test_scan_takes_whole_token_events_only(read: bytes, expected: int):
+    """The hot path counts only reads that are whole chunks of one-line token events with
+    per-chunk usage; anything else is left (-1) to the general parser."""
+    assert _Conn._scan(read) == expected
