@@ -60,3 +60,31 @@ def test_the_default_profile_predicts_real_h200_throughput_and_calibration_impro
     assert len(groups["vllm"]) == 16
     assert fit.error_before < 0.12  # the uncalibrated model is already close to the GPU
     assert fit.error_after < fit.error_before
+
+
+def test_real_tensor_parallel_sweep_on_two_h200s_and_the_sims_ranking(h200_home):
+    """TP 1 vs 2 on the 2 x H200 machine: servesweep verified the TP each server ran with;
+    TP 2 holds half the weights per GPU, twice the KV pool, and is faster at every level,
+    and the sim's default profile (uncalibrated) ranks the two the same way."""
+    from orchestrator.calibrate import predict_points
+
+    ledger = Ledger.open("h200x2-vllm-tp")
+    spec = load_spec(ledger.dir / "spec.yaml")
+    by_tp = {r.config.tp: r for r in ledger.results().values()}
+    assert set(by_tp) == {1, 2}
+    for tp, r in by_tp.items():
+        assert r.status.value == "ok" and r.applied["tp"] == tp
+        assert all(lv.status == "valid" and lv.count_mismatches == 0 for lv in r.levels)
+    assert by_tp[2].applied["weights_gib"] < 0.55 * by_tp[1].applied["weights_gib"]
+    assert by_tp[2].applied["kv_pool_blocks"] > 2 * by_tp[1].applied["kv_pool_blocks"]
+    points = collect_points(list(by_tp.values()), spec)["vllm"]
+    shape = load_shape(path=str(ROOT / "deploy" / "h200" / "model-8b"))
+    preds = predict_points(points, spec, shape, "vllm", {})
+    measured = {(p.trial.config.tp, p.concurrency): p.measured["output_tok_s"] for p in points}
+    predicted = {(p.trial.config.tp, p.concurrency): pr["output_tok_s"]
+                 for p, pr in zip(points, preds)}
+    for c in spec.workload.concurrency:
+        assert measured[2, c] > 1.3 * measured[1, c]
+        assert predicted[2, c] > predicted[1, c]
+    errors = [abs(predicted[k] / measured[k] - 1) for k in measured]
+    assert sum(errors) / len(errors) < 0.15
