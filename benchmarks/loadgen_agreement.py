@@ -12,12 +12,20 @@ is built locally (no hub access), so that its text prompts are exactly as many
 words (the sim counts words) as our token-id prompts are tokens.
 
     .venv/bin/python benchmarks/loadgen_agreement.py             # ~60 s (vLLM import)
+
+Against a running server instead of the sim (e.g. real vLLM on a GPU node, where the
+model's own tokenizer serves ``vllm bench serve``; see deploy/h200/agreement.sh):
+
+    python3 benchmarks/loadgen_agreement.py --url http://127.0.0.1:8000 --model /tmp/model \
+        --tokenizer /tmp/model --vllm-cli "python3 -m vllm.entrypoints.cli.main"
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -59,10 +67,10 @@ def ensure_tokenizer() -> Path:
 
 
 def run_vllm_cli(url: str, tok: Path, streams: int, requests: int, prompt: int, output: int,
-                 out_dir: Path) -> dict:
-    vllm = VLLM_PY.parent / "vllm"
-    argv = [str(vllm), "bench", "serve", "--backend", "openai", "--base-url", url,
-            "--endpoint", "/v1/completions", "--model", "m", "--tokenizer", str(tok),
+                 out_dir: Path, model: str = "m", cli: list[str] | None = None) -> dict:
+    vllm = cli or [str(VLLM_PY.parent / "vllm")]
+    argv = [*vllm, "bench", "serve", "--backend", "openai", "--base-url", url,
+            "--endpoint", "/v1/completions", "--model", model, "--tokenizer", str(tok),
             "--dataset-name", "random", "--random-input-len", str(prompt),
             "--random-output-len", str(output), "--random-range-ratio", "0",
             "--num-prompts", str(requests), "--max-concurrency", str(streams),
@@ -85,16 +93,28 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=256)
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--output-tokens", type=int, default=64)
+    ap.add_argument("--url", help="a running server to use instead of starting the sim")
+    ap.add_argument("--model", default="m", help="served model name (default m: the sim's)")
+    ap.add_argument("--tokenizer", help="tokenizer for vllm bench serve (default: a "
+                                        "word-level one built here, matching the sim)")
+    ap.add_argument("--vllm-cli", help="command that runs the vllm CLI (default: "
+                                       ".venv-vllm/bin/vllm)")
     args = ap.parse_args()
-    tok = ensure_tokenizer()
-    ours_cfg = dict(streams=args.streams, requests=args.requests,
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tok = Path(args.tokenizer) if args.tokenizer else ensure_tokenizer()
+    cli = shlex.split(args.vllm_cli) if args.vllm_cli else None
+    ours_cfg = dict(streams=args.streams, requests=args.requests, model=args.model,
                     prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, \
-            sim_server(Path(tmp), time_scale=1.0, cpus="0") as srv:
+    with contextlib.ExitStack() as stack:
+        if args.url:
+            srv = {"url": args.url}
+        else:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory())
+            srv = stack.enter_context(sim_server(Path(tmp), time_scale=1.0, cpus="0"))
         a = run_ours(srv["url"], cpus="1", **ours_cfg)
         v = run_vllm_cli(srv["url"], tok, args.streams, args.requests, args.prompt_tokens,
-                         args.output_tokens, RESULTS)
+                         args.output_tokens, RESULTS, args.model, cli)
         b = run_ours(srv["url"], cpus="1", **ours_cfg)
         # our aiohttp transport stamps like the vLLM client does (in user space, after
         # aiohttp built and sent the request): it shows how much of a TTFT gap is client
@@ -121,7 +141,8 @@ def main() -> None:
     ok = abs(diff_tok) <= 0.03 and abs(diff_ttft) <= 0.03
     print(f"target within 3%: {'met' if ok else 'NOT met'}; ours with the aiohttp transport vs "
           f"vllm: TTFT p50 {h['ttft_p50_ms'] / v['median_ttft_ms'] - 1:+.2%}")
-    path = save("loadgen_agreement", {"machine": machine_note(), "args": vars(args),
+    path = save(f"loadgen_agreement-c{args.streams}", {"machine": machine_note(),
+                                                        "args": vars(args),
                                       "rows": rows, "throughput_diff": diff_tok,
                                       "ttft_p50_diff_aiohttp": h["ttft_p50_ms"]
                                       / v["median_ttft_ms"] - 1,
