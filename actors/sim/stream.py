@@ -2,12 +2,13 @@
 
 Why: at time scale 0 the sim must out-run any client. Waking a handler task per
 chunk and going through aiohttp's per-write path cost more than simulating the
-token, so the engine loop itself, after a delivery, formats each stream's SSE
-frame and gives it to the socket's transport (HTTP/1.1 chunked framing by hand;
-the handler has already sent the headers through aiohttp, and ends the body with
+token, so the engine loop itself, after a delivery, formats each stream's new
+events (one per token, or per ``stream_interval`` tokens) and gives them to the
+socket's transport in one write (HTTP/1.1 chunked framing by hand; the handler
+has already sent the headers through aiohttp, and ends the body with
 ``write_eof``). A stream whose socket buffer is backed up (the client fell
-behind) is skipped and its tokens go out together in its next frame, as a real
-server's do; the last frame is always written.
+behind) is skipped and its events go out together in its next write; the last
+write is always made.
 
 Contract: ``push()`` is called after the sequence's ``generated`` count moved (or it
 finished); it writes what is due and, once the sequence has all its tokens (or
