@@ -15,12 +15,13 @@ last shard's end. The client self-check takes the worst shard.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import multiprocessing
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,17 +57,27 @@ def _cpu_seconds() -> float:
 
 
 class _LagMonitor:
-    """Measures event-loop lag: how late a 5 ms sleep wakes up."""
+    """Measures event-loop lag: how late a 5 ms sleep wakes up. Work the client does on
+    purpose between rounds (``paused``) is not lag: a sleep spanning it is not counted."""
 
     def __init__(self) -> None:
         self.lags: list[float] = []
         self._task: asyncio.Task | None = None
+        self._epoch = 0
 
     async def _run(self) -> None:
         while True:
-            t = time.perf_counter()
+            epoch, t = self._epoch, time.perf_counter()
             await asyncio.sleep(0.005)
-            self.lags.append(time.perf_counter() - t - 0.005)
+            if epoch == self._epoch:
+                self.lags.append(time.perf_counter() - t - 0.005)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            self._epoch += 1
 
     def __enter__(self) -> _LagMonitor:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -163,23 +174,35 @@ class LevelRunner:
                   else self.prompts.make(index, salt))
         return build_body(self.model, w.api, prompt, w.output_tokens, self.per_chunk_usage)
 
+    def _prepare(self, session: Any, i: int, rnd: int,
+                 salt: int) -> tuple[dict[str, Any] | bytes, dict[str, str]]:
+        """Request ``i``'s body (the whole request bytes for the lean transport) and headers."""
+        headers = dict(self.headers, **{"X-Request-Id": f"{salt}-{rnd}-{i}"})
+        body = self._body(i, salt * 100 + rnd + 1)
+        if isinstance(session, ConnectionPool):
+            return session.request_bytes(self.path, body, headers), headers
+        return body, headers
+
+    def _first_wave(self, session: Any, concurrency: int, indices: list[int], rnd: int,
+                    salt: int) -> dict[int, tuple[dict[str, Any] | bytes, dict[str, str]]]:
+        """The first 2 x C requests, built ahead, so that building prompts (about a ms each
+        for long prompts) does not spread out a burst the server should see at once; later
+        ones are built as they start (staggered anyway)."""
+        return {i: self._prepare(session, i, rnd, salt) for i in indices[:2 * concurrency]}
+
     async def _issue(self, session: Any, concurrency: int, indices: list[int], rnd: int,
-                     salt: int, out: list[RequestRecord], rate: float | None = None) -> None:
+                     salt: int, out: list[RequestRecord], rate: float | None = None,
+                     ready: dict[int, tuple] | None = None) -> None:
         """Run the requests ``indices`` with ``concurrency`` in flight (closed loop), or
-        arriving at ``rate`` per second of engine time, at most ``concurrency`` in flight."""
+        arriving at ``rate`` per second of engine time, at most ``concurrency`` in flight.
+        ``ready``: requests already built (``_first_wave``); by default built here."""
         counter = iter(indices)
         rng = random.Random(f"{self.workload.seed}-{salt}-{rnd}-{indices[:1]}")
+        if ready is None:
+            ready = self._first_wave(session, concurrency, indices, rnd, salt)
 
         def prepare(i: int) -> tuple[dict[str, Any] | bytes, dict[str, str]]:
-            headers = dict(self.headers, **{"X-Request-Id": f"{salt}-{rnd}-{i}"})
-            body = self._body(i, salt * 100 + rnd + 1)
-            if isinstance(session, ConnectionPool):
-                return session.request_bytes(self.path, body, headers), headers
-            return body, headers
-
-        # the first wave is built before the clock starts, so that building prompts does
-        # not spread out a burst the server should see at once (later ones are staggered)
-        ready = {i: prepare(i) for i in indices[:2 * concurrency]}
+            return self._prepare(session, i, rnd, salt)
 
         async def one(i: int) -> None:
             rec = RequestRecord(index=i, round=rnd)
@@ -263,9 +286,12 @@ class LevelRunner:
                     lag.lags.clear()
                     cpu0, t0 = _cpu_seconds(), time.perf_counter()
                     for rnd in range(0 if stop else rounds):
+                        mine = list(range(shard, n, shards))
+                        with lag.paused():  # built before the round's clock starts
+                            ready = self._first_wave(session, c, mine, rnd, level * 1000)
                         ts = time.perf_counter()
-                        await self._issue(session, c, list(range(shard, n, shards)), rnd,
-                                          level * 1000, res.records, rate)
+                        await self._issue(session, c, mine, rnd, level * 1000, res.records,
+                                          rate, ready)
                         res.rounds.append((rnd, ts, time.perf_counter()))
                         bad = any(not r.ok for r in res.records if r.round == rnd)
                         if await sync.agree(bad) if sync else bad:
