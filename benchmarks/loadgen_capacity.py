@@ -15,7 +15,8 @@ Modes: ``unpaced`` (the server writes every token at once: reads carry many toke
 and ``paced S ms`` (one token to every stream each S ms, so one token per read
 while the client keeps up; offered tokens/s = streams / S). 256 output tokens,
 32 prompt tokens, 2 x streams requests per run. Reported per run: output tok/s,
-the offered rate, the client's CPU microseconds per token, TTFT/ITL p50, and the
+the offered rate, the client's CPU microseconds per token, for ours the tokens per read
+(reads that carried tokens: 1.0 means every token was read on its own), TTFT/ITL p50, the
 ratio ours / vLLM, and the server's CPU share and CPU microseconds per token over
 that run, so that a saturated server (not a client limit) is visible.
 
@@ -90,7 +91,7 @@ def main() -> None:
                                    us_tok=r["us_per_token"], ttft=r["ttft_p50_ms"],
                                    itl=r["itl_p50_ms"], status=r["status"],
                                    flags=",".join(r["flags"]), cpu=r["client_cpu_frac"],
-                                   secs=r["round_s"])
+                                   secs=r["round_s"], per_read=r["tokens_per_read"])
                     # the server's CPU over this client's run (it idles between runs): a
                     # share near 1 means the server, not the client, set the rate
                     srv1 = proc_cpu_s(srv["pid"])
@@ -107,7 +108,8 @@ def main() -> None:
     print(table(rows, [("mode", "mode", "s"), ("streams", "streams", "d"),
                        ("offered", "offered tok/s", ".0f"), ("client", "client", "s"),
                        ("tok_s", "tok/s", ".0f"), ("vs_vllm", "x vLLM", ".2f"),
-                       ("us_tok", "CPU us/tok", ".1f"), ("cpu", "client CPU", ".2f"),
+                       ("us_tok", "CPU us/tok", ".1f"), ("per_read", "tok/read", ".2f"),
+                       ("cpu", "client CPU", ".2f"),
                        ("srv_cpu", "server CPU", ".2f"), ("srv_us_tok", "srv us/tok", ".1f"),
                        ("ttft", "TTFT p50 ms", ".1f"), ("itl", "ITL p50 ms", ".2f"),
                        ("flags", "flags", "s")]))

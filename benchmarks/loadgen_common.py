@@ -237,6 +237,8 @@ def _ours(cfg: dict) -> dict:
            "client_cpu_frac": res.client.cpu_frac if res.client else None,
            "loop_lag_p99_ms": res.client.loop_lag_p99_ms if res.client else None,
            "tokens": tokens, "round_s": last - first, "cpu_s": cpu, "wall_s": wall,
+           "tokens_per_read": tokens / max(sum(len(r.arrivals) for r in runner.last_records),
+                                           1),
            "us_per_token": 1e6 * cpu / tokens if tokens else None}
     if cfg.get("records"):
         out["records"] = [[r.round, r.index, r.start, r.first_token, r.arrivals, r.counts]
