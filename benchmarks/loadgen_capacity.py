@@ -56,6 +56,8 @@ def main() -> None:
     ap.add_argument("--requests-per-stream", type=int, default=2)
     ap.add_argument("--server", choices=("c", "python"), default=DEFAULT_SERVER,
                     help=f"the minimal SSE server (default {DEFAULT_SERVER})")
+    ap.add_argument("--coalesce-ms", type=float, default=1.0,
+                    help="the lean transport's read coalescing when busy (0: none)")
     args = ap.parse_args()
     steps = [float(s) for s in args.modes.split(",")]
     streams = [int(s) for s in args.streams.split(",")]
@@ -84,6 +86,7 @@ def main() -> None:
                                    cpu=r["cpu_s"] / r["duration"], secs=r["duration"])
                     else:
                         r = run_ours(srv["url"], cpus="1", streams=c, transport=t,
+                                     coalesce_s=args.coalesce_ms / 1e3,
                                      requests=args.requests_per_stream * c,
                                      output_tokens=args.output_tokens)
                         toks = r["tokens"]
