@@ -30,7 +30,7 @@ from actors.engines.base import redact
 from actors.procs import spawn_group, stop_group
 from orchestrator.spec import TrialConfig
 
-__all__ = ["EngineHostCore", "EngineHost"]
+__all__ = ["EngineHostCore", "EngineHost", "set_aside_previous_attempt"]
 
 LOG_TAIL_LINES = 60
 
@@ -42,6 +42,7 @@ class EngineHostCore:
         self.adapter = get_adapter(self.trial.engine)
         self.dir = Path(self.ctx.trial_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.previous_attempt = set_aside_previous_attempt(self.dir)
         self.log_path = self.dir / "server.log"
         self.marker = f"{self.ctx.sweep_id}/{self.ctx.trial_key}"
         self.proc: subprocess.Popen | None = None
@@ -225,6 +226,26 @@ class EngineHostCore:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def set_aside_previous_attempt(trial_dir: Path) -> Path | None:
+    """Move an interrupted attempt's files into ``attempt-N/``; returns that folder.
+
+    A resumed trial reruns in its old directory. Its server log is appended to,
+    so without this the new attempt would read the old one's lines (its port,
+    its applied settings) as its own. Nothing is deleted.
+    """
+    files = [p for p in trial_dir.iterdir() if p.is_file()]
+    if not files:
+        return None
+    n = 1
+    while (trial_dir / f"attempt-{n}").exists():
+        n += 1
+    dest = trial_dir / f"attempt-{n}"
+    dest.mkdir()
+    for p in files:
+        p.rename(dest / p.name)
+    return dest
 
 
 def _node_ip() -> str:

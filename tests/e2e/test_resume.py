@@ -31,16 +31,20 @@ def test_interrupted_sweep_is_resumed_without_rerunning_finished_trials(tmp_path
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(path),
                              "--no-mlflow"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    try:  # stop it once the second trial's engine is up (the first is then final)
+    try:  # stop it once the second trial's server has said where it listens
         deadline = time.monotonic() + 180
-        sweep_id = None
+        sweep_id = second = None
         while time.monotonic() < deadline:
             latest = home / "sweeps" / "LATEST"
             if latest.exists():
                 sweep_id = latest.read_text().strip()
-                events = Ledger.open(sweep_id, home).events()
-                if sum(e.get("type") == "started" for e in events) == 2:
-                    break
+                ledger = Ledger.open(sweep_id, home)
+                started = [e["key"] for e in ledger.events() if e.get("type") == "started"]
+                if len(started) == 2:
+                    second = started[1]
+                    log = ledger.trial_dir(second) / "server.log"
+                    if log.exists() and "http://127.0.0.1:" in log.read_text():
+                        break
             time.sleep(0.3)
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=120) == 130
@@ -55,6 +59,9 @@ def test_interrupted_sweep_is_resumed_without_rerunning_finished_trials(tmp_path
     assert sorted(r.status.value for r in final.values()) == ["ok", "ok"]
     trial_events = [e for e in Ledger.open(sweep_id).events() if e.get("type") == "trial"]
     assert len(trial_events) == 2  # the finished trial was not run again
+    # the interrupted attempt's files are kept apart, not read as the rerun's
+    kept = Ledger.open(sweep_id).trial_dir(second) / "attempt-1" / "server.log"
+    assert "http://127.0.0.1:" in kept.read_text()
 
 
 def test_run_reaps_engines_whose_driver_is_gone(tmp_path):
