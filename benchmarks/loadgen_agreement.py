@@ -7,6 +7,10 @@ client is near saturation (a few thousand tok/s). The server is pinned to core 0
 both clients to core 1. Target: within 3% on output tok/s and TTFT p50; the two
 runs of ours show the run-to-run noise of the server itself.
 
+Against the sim, each client's TTFT p50 is also set against the sim's own (handler entry
+to first token written, from ``/sim/trace`` and ``/sim/arrivals``): the difference is the
+client's own share of its TTFT. ``--rate R`` runs both open loop (Poisson arrivals).
+
 ``vllm bench serve`` needs a tokenizer for its random dataset: a word-level one
 is built locally (no hub access), so that its text prompts are exactly as many
 words (the sim counts words) as our token-id prompts are tokens.
@@ -26,9 +30,11 @@ import argparse
 import contextlib
 import json
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -67,14 +73,16 @@ def ensure_tokenizer() -> Path:
 
 
 def run_vllm_cli(url: str, tok: Path, streams: int, requests: int, prompt: int, output: int,
-                 out_dir: Path, model: str = "m", cli: list[str] | None = None) -> dict:
+                 out_dir: Path, model: str = "m", cli: list[str] | None = None,
+                 rate: float | None = None) -> dict:
     vllm = cli or [str(VLLM_PY.parent / "vllm")]
     argv = [*vllm, "bench", "serve", "--backend", "openai", "--base-url", url,
             "--endpoint", "/v1/completions", "--model", model, "--tokenizer", str(tok),
             "--dataset-name", "random", "--random-input-len", str(prompt),
             "--random-output-len", str(output), "--random-range-ratio", "0",
             "--num-prompts", str(requests), "--max-concurrency", str(streams),
-            "--request-rate", "inf", "--ignore-eos", "--temperature", "0",
+            "--request-rate", str(rate) if rate else "inf", "--burstiness", "1.0",
+            "--seed", "1", "--ignore-eos", "--temperature", "0",
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
             "--disable-tqdm", "--save-result", "--result-dir", str(out_dir),
             "--result-filename", "loadgen_agreement_vllm.json"]
@@ -86,6 +94,23 @@ def run_vllm_cli(url: str, tok: Path, streams: int, requests: int, prompt: int, 
     return json.loads((out_dir / "loadgen_agreement_vllm.json").read_text())
 
 
+def sim_ttft_p50(url: str, since: list[float], output_tokens: int) -> float | None:
+    """The sim's own TTFT p50 (handler entry to first token written, ms) over the requests
+    of ``output_tokens`` tokens that arrived after ``since[0]`` (then moved on). Request ids
+    may repeat between runs: only writes after a request's latest arrival count."""
+    with urllib.request.urlopen(url + "/sim/trace", timeout=30) as resp:
+        trace = json.loads(resp.read())
+    with urllib.request.urlopen(url + "/sim/arrivals", timeout=30) as resp:
+        arrivals = json.loads(resp.read())
+    ttfts = []
+    for rid, t in arrivals.items():
+        writes = [w for w in trace.get(rid, ()) if w >= t]
+        if t > since[0] and len(writes) == output_tokens:
+            ttfts.append(1e3 * (writes[0] - t))
+    since[0] = max(arrivals.values(), default=since[0])
+    return statistics.median(ttfts) if ttfts else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -93,6 +118,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=256)
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--output-tokens", type=int, default=64)
+    ap.add_argument("--rate", type=float, help="open loop: Poisson arrivals at this many "
+                                               "requests/s (at most --streams in flight)")
     ap.add_argument("--url", help="a running server to use instead of starting the sim")
     ap.add_argument("--model", default="m", help="served model name (default m: the sim's)")
     ap.add_argument("--tokenizer", help="tokenizer for vllm bench serve (default: a "
@@ -104,22 +131,35 @@ def main() -> None:
     tok = Path(args.tokenizer) if args.tokenizer else ensure_tokenizer()
     cli = shlex.split(args.vllm_cli) if args.vllm_cli else None
     ours_cfg = dict(streams=args.streams, requests=args.requests, model=args.model,
-                    prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens)
+                    prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
+                    rate=args.rate)
+    server_ttft: dict[str, float | None] = {}
     rows = []
     with contextlib.ExitStack() as stack:
         if args.url:
             srv = {"url": args.url}
         else:
             tmp = stack.enter_context(tempfile.TemporaryDirectory())
-            srv = stack.enter_context(sim_server(Path(tmp), time_scale=1.0, cpus="0"))
+            srv = stack.enter_context(sim_server(Path(tmp), time_scale=1.0, cpus="0",
+                                                 trace=True))
+        since = [0.0]
+
+        def after(name: str) -> None:  # the sim's own TTFT p50 for the run just done
+            if not args.url:
+                server_ttft[name] = sim_ttft_p50(srv["url"], since, args.output_tokens)
+
         a = run_ours(srv["url"], cpus="1", **ours_cfg)
+        after("ours (before)")
         v = run_vllm_cli(srv["url"], tok, args.streams, args.requests, args.prompt_tokens,
-                         args.output_tokens, RESULTS, args.model, cli)
+                         args.output_tokens, RESULTS, args.model, cli, args.rate)
+        after("vllm bench serve")
         b = run_ours(srv["url"], cpus="1", **ours_cfg)
+        after("ours (after)")
         # our aiohttp transport stamps like the vLLM client does (in user space, after
         # aiohttp built and sent the request): it shows how much of a TTFT gap is client
         # overhead rather than a different server behaviour
         h = run_ours(srv["url"], cpus="1", transport="aiohttp", **ours_cfg)
+        after("ours, aiohttp transport")
     rows.append({"client": "ours, aiohttp transport", "tok_s": h["output_tok_s"],
                  "ttft": h["ttft_p50_ms"], "tpot": h["tpot_p50_ms"], "status": h["status"]})
     for name, r in (("ours (before)", a), ("ours (after)", b)):
@@ -133,15 +173,23 @@ def main() -> None:
     ours_ttft = (a["ttft_p50_ms"] + b["ttft_p50_ms"]) / 2
     diff_tok = ours_tok / v["output_throughput"] - 1
     diff_ttft = ours_ttft / v["median_ttft_ms"] - 1
-    print(table(rows, [("client", "client", "s"), ("tok_s", "output tok/s", ".1f"),
-                       ("ttft", "TTFT p50 ms", ".2f"), ("tpot", "TPOT p50 ms", ".3f"),
-                       ("status", "status", "s")]))
+    for row in rows:
+        srv_ttft = server_ttft.get(row["client"])
+        row["server_ttft"] = srv_ttft
+        row["client_minus_server"] = row["ttft"] - srv_ttft if srv_ttft is not None else None
+    cols = [("client", "client", "s"), ("tok_s", "output tok/s", ".1f"),
+            ("ttft", "TTFT p50 ms", ".2f"), ("tpot", "TPOT p50 ms", ".3f")]
+    if server_ttft:
+        cols += [("server_ttft", "sim's TTFT p50 ms", ".2f"),
+                 ("client_minus_server", "client - sim ms", "+.2f")]
+    print(table(rows, [*cols, ("status", "status", "s")]))
     print(f"ours (mean of 2) vs vllm: throughput {diff_tok:+.2%}, TTFT p50 {diff_ttft:+.2%}; "
           f"ours run-to-run: {b['output_tok_s'] / a['output_tok_s'] - 1:+.2%} tok/s")
     ok = abs(diff_tok) <= 0.03 and abs(diff_ttft) <= 0.03
     print(f"target within 3%: {'met' if ok else 'NOT met'}; ours with the aiohttp transport vs "
           f"vllm: TTFT p50 {h['ttft_p50_ms'] / v['median_ttft_ms'] - 1:+.2%}")
-    path = save(f"loadgen_agreement-c{args.streams}", {"machine": machine_note(),
+    mode = f"c{args.streams}" + (f"-rate{args.rate:g}" if args.rate else "")
+    path = save(f"loadgen_agreement-{mode}", {"machine": machine_note(),
                                                         "args": vars(args),
                                       "rows": rows, "throughput_diff": diff_tok,
                                       "ttft_p50_diff_aiohttp": h["ttft_p50_ms"]

@@ -217,6 +217,7 @@ def _ours(cfg: dict) -> dict:
                  output_tokens=cfg.get("output_tokens", 256), concurrency=[c], rounds=1,
                  requests_per_round=cfg.get("requests", 2 * c),
                  warmup_requests=cfg.get("warmup", 0), api=cfg.get("api", "completions"),
+                 request_rate=cfg.get("rate"),
                  stall_timeout_s=30, level_timeout_s=240)
     runner = LevelRunner(cfg["url"], cfg.get("model", "m"), w,
                          PromptFactory(list(range(100, 30000)), w.prompt_tokens,

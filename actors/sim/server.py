@@ -7,7 +7,8 @@ Endpoints: ``/health``, ``/v1/models``, ``/v1/completions`` and
 ``--stream-interval`` does; per-chunk usage says how many tokens each carried.
 ``/sim/trace`` (when started with ``--trace``: the monotonic time each token
 was written, per ``X-Request-Id``; the load generator's accuracy benchmark
-reads it as ground truth).
+reads it as ground truth) and ``/sim/arrivals`` (with ``--trace``: when each
+request reached the handler), so a client's TTFT can be set against the server's.
 
 One engine loop runs the ``SimEngine``: each iteration's simulated duration
 is slept for ``duration * time_scale`` of real time (0: as fast as possible),
@@ -64,6 +65,7 @@ class SimServer:
         self.behind_s = 0.0
         self._behind_logged = 0.0
         self.trace: dict[str, list[float]] | None = {} if cfg.trace else None
+        self.arrivals: dict[str, float] | None = {} if cfg.trace else None
         self.stalled = False
         self._dirty: dict[Sink, None] = {}  # sinks with tokens to push, in emission order
         self._stats_prev = (0, 0, time.monotonic())
@@ -72,7 +74,7 @@ class SimServer:
             web.get("/health", self.health), web.get("/v1/models", self.models),
             web.post("/v1/completions", self.completions),
             web.post("/v1/chat/completions", self.chat), web.get("/metrics", self.metrics),
-            web.get("/sim/trace", self.get_trace),
+            web.get("/sim/trace", self.get_trace), web.get("/sim/arrivals", self.get_arrivals),
         ])
 
     # -- engine loop ------------------------------------------------------------------------
@@ -176,6 +178,11 @@ class SimServer:
             return web.json_response({"error": "start the server with --trace"}, status=404)
         return web.json_response(self.trace)
 
+    async def get_arrivals(self, request: web.Request) -> web.Response:
+        if self.arrivals is None:
+            return web.json_response({"error": "start the server with --trace"}, status=404)
+        return web.json_response(self.arrivals)
+
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=False)
 
@@ -210,6 +217,7 @@ class SimServer:
         return max(1, min_tokens + h % (max_tokens - min_tokens + 1))
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        arrived = time.monotonic()
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -218,6 +226,8 @@ class SimServer:
         if plen is None:
             return self._bad("prompt (token ids or text) or messages required")
         rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        if self.arrivals is not None:
+            self.arrivals[rid] = arrived
         n_out = self._output_len(body, rid)
         fault = self.cfg.fault
         self.requests_seen += 1

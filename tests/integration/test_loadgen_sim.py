@@ -226,10 +226,20 @@ def test_unreachable_server_is_a_connect_error():
 
 
 def test_trace_ground_truth_is_readable(healthy: str):
-    """The accuracy benchmark's source: the sim's token write times per X-Request-Id."""
-    async def get() -> dict:
-        async with aiohttp.ClientSession() as s, s.get(healthy + "/sim/trace") as r:
+    """The benchmarks' ground truth: the sim's token write times and request arrival times
+    per X-Request-Id; our client's TTFT is the server's plus a little transport time."""
+    async def get(path: str) -> dict:
+        async with aiohttp.ClientSession() as s, s.get(healthy + path) as r:
             return json.loads(await r.text())
-    run_level(healthy, workload(rounds=1, warmup_requests=0))
-    trace = asyncio.run(get())
-    assert any(len(v) == 16 for v in trace.values())
+    res, core = run_level(healthy, workload(rounds=1, warmup_requests=0))
+    trace, arrivals = asyncio.run(get("/sim/trace")), asyncio.run(get("/sim/arrivals"))
+    rows = csv_rows(core)
+    assert len(rows) == 8
+    for d in rows:  # ids repeat between levels: the writes after the latest arrival count
+        rid = f"0-{d['round']}-{d['index']}"
+        writes = [w for w in trace[rid] if w >= arrivals[rid]]
+        assert len(writes) == 16
+        # one clock (CLOCK_MONOTONIC): the client sent before the server got it and read
+        # the first token after the server wrote it
+        server_ttft_ms = 1e3 * (writes[0] - arrivals[rid])
+        assert 0 < server_ttft_ms <= float(d["ttft_ms"]) + 0.01
