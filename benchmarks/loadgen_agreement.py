@@ -111,6 +111,26 @@ def sim_ttft_p50(url: str, since: list[float], output_tokens: int) -> float | No
     return statistics.median(ttfts) if ttfts else None
 
 
+def server_ttft_totals(url: str) -> tuple[float, float] | None:
+    """(sum of seconds, count) of vLLM's own TTFT histogram (``/metrics``,
+    ``vllm:time_to_first_token_seconds``, all label sets); None if it has none."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    total = {"_sum": 0.0, "_count": 0.0}
+    found = False
+    for line in text.splitlines():
+        if line.startswith("vllm:time_to_first_token_seconds_"):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            suffix = name[len("vllm:time_to_first_token_seconds"):]
+            if suffix in total:
+                total[suffix] += float(line.rsplit(" ", 1)[1])
+                found = True
+    return (total["_sum"], total["_count"]) if found else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -120,6 +140,8 @@ def main() -> None:
     ap.add_argument("--output-tokens", type=int, default=64)
     ap.add_argument("--rate", type=float, help="open loop: Poisson arrivals at this many "
                                                "requests/s (at most --streams in flight)")
+    ap.add_argument("--vocab", type=int, default=30000,
+                    help="our prompts use token ids 100..VOCAB-1 (the model's vocabulary)")
     ap.add_argument("--url", help="a running server to use instead of starting the sim")
     ap.add_argument("--model", default="m", help="served model name (default m: the sim's)")
     ap.add_argument("--tokenizer", help="tokenizer for vllm bench serve (default: a "
@@ -132,7 +154,7 @@ def main() -> None:
     cli = shlex.split(args.vllm_cli) if args.vllm_cli else None
     ours_cfg = dict(streams=args.streams, requests=args.requests, model=args.model,
                     prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
-                    rate=args.rate)
+                    rate=args.rate, vocab=args.vocab)
     server_ttft: dict[str, float | None] = {}
     rows = []
     with contextlib.ExitStack() as stack:
@@ -144,9 +166,16 @@ def main() -> None:
                                                  trace=True))
         since = [0.0]
 
-        def after(name: str) -> None:  # the sim's own TTFT p50 for the run just done
-            if not args.url:
+        last = [server_ttft_totals(srv["url"]) if args.url else None]
+
+        def after(name: str) -> None:  # the server's own TTFT for the run just done
+            if not args.url:  # the sim: p50 from its trace
                 server_ttft[name] = sim_ttft_p50(srv["url"], since, args.output_tokens)
+                return
+            now = server_ttft_totals(srv["url"])  # vLLM: the mean from its histogram
+            if now is not None and last[0] is not None and now[1] > last[0][1]:
+                server_ttft[name] = 1e3 * (now[0] - last[0][0]) / (now[1] - last[0][1])
+            last[0] = now
 
         a = run_ours(srv["url"], cpus="1", **ours_cfg)
         after("ours (before)")
@@ -161,27 +190,38 @@ def main() -> None:
         h = run_ours(srv["url"], cpus="1", transport="aiohttp", **ours_cfg)
         after("ours, aiohttp transport")
     rows.append({"client": "ours, aiohttp transport", "tok_s": h["output_tok_s"],
-                 "ttft": h["ttft_p50_ms"], "tpot": h["tpot_p50_ms"], "status": h["status"]})
+                 "ttft": h["ttft_p50_ms"], "ttft_mean": h["ttft_mean_ms"],
+                 "tpot": h["tpot_p50_ms"], "status": h["status"]})
     for name, r in (("ours (before)", a), ("ours (after)", b)):
         rows.append({"client": name, "tok_s": r["output_tok_s"], "ttft": r["ttft_p50_ms"],
-                     "tpot": r["tpot_p50_ms"], "status": r["status"]})
+                     "ttft_mean": r["ttft_mean_ms"], "tpot": r["tpot_p50_ms"],
+                     "status": r["status"]})
     rows.append({"client": "vllm bench serve", "tok_s": v["output_throughput"],
-                 "ttft": v["median_ttft_ms"], "tpot": v.get("median_tpot_ms"),
+                 "ttft": v["median_ttft_ms"], "ttft_mean": v.get("mean_ttft_ms"),
+                 "tpot": v.get("median_tpot_ms"),
                  "status": f"{v['completed']} ok / {v.get('failed', 0)} failed, "
                            f"{v['total_input_tokens'] / max(v['completed'], 1):.0f} in"})
+    for name, r in (("ours (before)", a), ("ours (after)", b)):
+        if r["output_tok_s"] is None:
+            sys.exit(f"{name}: level {r['status']}: {r['reason']}")
     ours_tok = (a["output_tok_s"] + b["output_tok_s"]) / 2
     ours_ttft = (a["ttft_p50_ms"] + b["ttft_p50_ms"]) / 2
     diff_tok = ours_tok / v["output_throughput"] - 1
     diff_ttft = ours_ttft / v["median_ttft_ms"] - 1
+    # the sim gives its TTFT p50; vLLM its mean (a histogram's sum / count): compare like
+    # with like
+    key, label = ("ttft", "p50") if not args.url else ("ttft_mean", "mean")
     for row in rows:
         srv_ttft = server_ttft.get(row["client"])
         row["server_ttft"] = srv_ttft
-        row["client_minus_server"] = row["ttft"] - srv_ttft if srv_ttft is not None else None
+        row["client_minus_server"] = (row[key] - srv_ttft if srv_ttft is not None
+                                      and row.get(key) is not None else None)
     cols = [("client", "client", "s"), ("tok_s", "output tok/s", ".1f"),
-            ("ttft", "TTFT p50 ms", ".2f"), ("tpot", "TPOT p50 ms", ".3f")]
+            ("ttft", "TTFT p50 ms", ".2f"), ("ttft_mean", "TTFT mean ms", ".2f"),
+            ("tpot", "TPOT p50 ms", ".3f")]
     if server_ttft:
-        cols += [("server_ttft", "sim's TTFT p50 ms", ".2f"),
-                 ("client_minus_server", "client - sim ms", "+.2f")]
+        cols += [("server_ttft", f"server's TTFT {label} ms", ".2f"),
+                 ("client_minus_server", f"client - server ({label}) ms", "+.2f")]
     print(table(rows, [*cols, ("status", "status", "s")]))
     print(f"ours (mean of 2) vs vllm: throughput {diff_tok:+.2%}, TTFT p50 {diff_ttft:+.2%}; "
           f"ours run-to-run: {b['output_tok_s'] / a['output_tok_s'] - 1:+.2%} tok/s")

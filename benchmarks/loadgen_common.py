@@ -206,6 +206,10 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime
 
 
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
 def _ours(cfg: dict) -> dict:
     """Run one level with servesweep's LevelRunner; the fields a benchmark compares."""
     from actors.loadgen.level import LevelRunner
@@ -220,7 +224,7 @@ def _ours(cfg: dict) -> dict:
                  request_rate=cfg.get("rate"),
                  stall_timeout_s=30, level_timeout_s=240)
     runner = LevelRunner(cfg["url"], cfg.get("model", "m"), w,
-                         PromptFactory(list(range(100, 30000)), w.prompt_tokens,
+                         PromptFactory(list(range(100, cfg.get("vocab", 30000))), w.prompt_tokens,
                                        seed=cfg.get("seed", 0)),
                          time_scale=1.0, transport=cfg.get("transport", "lean"),
                          shards=cfg.get("shards", 1), coalesce_s=cfg.get("coalesce_s", 0.001))
@@ -238,6 +242,8 @@ def _ours(cfg: dict) -> dict:
            "client_cpu_frac": res.client.cpu_frac if res.client else None,
            "loop_lag_p99_ms": res.client.loop_lag_p99_ms if res.client else None,
            "tokens": tokens, "round_s": last - first, "cpu_s": cpu, "wall_s": wall,
+           "ttft_mean_ms": _mean([1e3 * (r.first_token - r.start) for r in runner.last_records
+                                  if r.ok and r.first_token is not None]),
            "tokens_per_read": tokens / max(sum(len(r.arrivals) for r in runner.last_records),
                                            1),
            "us_per_token": 1e6 * cpu / tokens if tokens else None}

@@ -2,7 +2,9 @@
 # On the GPU node, from the repo root: the load generator's agreement benchmark against real
 # vLLM (ours, `vllm bench serve`, ours, ours with aiohttp; benchmarks/loadgen_agreement.py)
 # at 16 streams and at 1 stream, on the random 8B model. Results JSON and logs go to $OUT.
-#   usage: bash deploy/h200/agreement.sh        (after device_setup.sh stash of the payload)
+# With --url the benchmark also reads vLLM's own TTFT (its /metrics histogram: mean) per run.
+#   usage: bash deploy/h200/agreement.sh ["ARGS" ...]   (after device_setup.sh stash of the
+#          payload; each ARGS is one benchmark run's options, default: 16 streams, 1 stream)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 bash "$HERE/device_setup.sh" install || exit 1
@@ -18,10 +20,12 @@ for ((i = 0; i < 400; i++)); do up "$URL/health" && break; kill -0 $PID 2>/dev/n
 up "$URL/health" || { tail -n 60 "$LOG"; kill -KILL -- -$PID; exit 1; }
 echo "vllm healthy after ${i} s"
 CLI="python3 -m vllm.entrypoints.cli.main"
-for args in "--streams 16" "--streams 1 --requests 48"; do
+[ $# -gt 0 ] || set -- "--streams 16" "--streams 1 --requests 48"
+for args in "$@"; do
   # shellcheck disable=SC2086
   python3 benchmarks/loadgen_agreement.py --url "$URL" --model /tmp/model --tokenizer /tmp/model \
     --vllm-cli "$CLI" $args 2>&1 | tail -n 9
+  if [ -n "${OUT:-}" ]; then cp benchmarks/results/loadgen_agreement*.json "$OUT/" 2>/dev/null; fi
 done
 kill -TERM -- -$PID; sleep 5; kill -KILL -- -$PID 2>/dev/null
 if [ -n "${OUT:-}" ]; then cp benchmarks/results/loadgen_agreement*.json "$LOG" "$OUT/" 2>/dev/null; fi
