@@ -213,6 +213,9 @@ class FailurePolicy(Frozen):
     fail_fast: bool = False
     startup_timeout_s: float = Field(default=900, gt=0)
     stop_timeout_s: float = Field(default=30, gt=0)
+    # how long a trial may wait for a node while no other trial of the sweep holds one
+    # (the room is then taken by something else, or a node is gone)
+    place_timeout_s: float = Field(default=600, gt=0)
 
 
 class LaunchOptions(Frozen):

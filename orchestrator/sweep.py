@@ -88,11 +88,24 @@ class SweepController:
             nxt = trial.advance(ref)
             self._continue(trial, nxt)
         now = time.monotonic()
+        self._watch_placement(now)
         for ref, trial in list(self.running.items()):
             if trial.deadline is not None and now > trial.deadline:
                 del self.running[ref]
                 trial.on_timeout()
                 self._continue(trial, None)
+
+    def _watch_placement(self, now: float) -> None:
+        """A trial waiting for a node has no deadline while another trial of this sweep
+        holds one (it waits its turn); when none does, the cluster should have room, so it
+        gets ``failure.place_timeout_s``, after which it fails instead of waiting forever."""
+        placing = [t for t in self.running.values() if t.phase == "place"]
+        holding = len(placing) < len(self.running)
+        for trial in placing:
+            if holding:
+                trial.deadline = None
+            elif trial.deadline is None:
+                trial.deadline = now + self.spec.failure.place_timeout_s
 
     def _continue(self, trial: TrialExecution, nxt: ray.ObjectRef | None) -> None:
         if nxt is not None:

@@ -76,12 +76,14 @@ class TrialExecution:
         self.deadline = None if seconds is None else time.monotonic() + seconds
 
     # -- phases -----------------------------------------------------------------------------
+    def _bundle(self) -> dict[str, float]:
+        return {"GPU": float(self.cfg.tp)} if self.use_gpus else {"CPU": 0.01}
+
     def begin(self) -> ray.ObjectRef:
-        bundle = {"GPU": float(self.cfg.tp)} if self.use_gpus else {"CPU": 0.01}
-        self.pg = placement_group([bundle], strategy="STRICT_PACK",
+        self.pg = placement_group([self._bundle()], strategy="STRICT_PACK",
                                   name=f"servesweep-{self.key}")
         self.phase = "place"
-        self._set_deadline(None)  # waits for a node to be free; feasibility was checked
+        self._set_deadline(None)  # the controller sets one when no trial of ours holds a node
         return self.pg.ready()
 
     def advance(self, ref: ray.ObjectRef) -> ray.ObjectRef | None:
@@ -208,6 +210,12 @@ class TrialExecution:
         """The phase's deadline passed: classify, kill the actors, reap the processes."""
         cls = {"launch": "startup_timeout", "ready": "startup_timeout", "level": "hang",
                "check": "hang", "observe": "hang", "stop": "hang"}.get(self.phase, "hang")
+        if self.failure is None and self.phase == "place":
+            self.failure = ("startup_timeout", (
+                f"no node had room for the trial ({self._bundle()}) within "
+                f"{self.spec.failure.place_timeout_s:g} s while no other trial of this sweep "
+                "held one: the resources are held by something else, or a node is gone "
+                "(see `ray status`; failure.place_timeout_s sets the wait)"))
         if self.failure is None:
             self.failure = (cls, f"no answer from the {self.phase} phase before its deadline")
         self.abort()

@@ -65,3 +65,32 @@ def test_each_fault_is_classified(results, fault):
         lv = r.levels[0]
         assert lv.status == "invalid" and lv.count_mismatches > 0
         assert "token counts other than 32 in / 32 out" in lv.reason
+
+
+def test_a_trial_that_never_gets_a_node_fails_instead_of_hanging(tmp_path, monkeypatch):
+    """Something outside the sweep holds every GPU: the trial's placement never becomes
+    ready; with no trial of the sweep holding a node it fails after place_timeout_s."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    spec = minimal_spec(name="noroom")
+    spec["workload"] = {"prompt_tokens": 32, "output_tokens": 8, "concurrency": [1],
+                        "rounds": 1, "warmup_requests": 0}
+    spec["failure"] = {"place_timeout_s": 3}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    monkeypatch.setenv("SERVESWEEP_HOME", str(tmp_path / "state"))
+    ray.init(address="local", num_gpus=2, num_cpus=2, include_dashboard=False,
+             log_to_driver=False, logging_level="WARNING")  # the sweep joins this one
+    try:
+        squatter = placement_group([{"GPU": 2}])
+        ray.get(squatter.ready(), timeout=60)
+        code = main(["run", str(path), "--quiet", "--no-mlflow"])
+    finally:
+        if ray.is_initialized():
+            remove_placement_group(squatter)
+            ray.shutdown()
+    assert code == 0
+    [r] = Ledger.open("latest").results().values()
+    assert (r.status.value, r.reason) == ("failed", "startup_timeout")
+    assert "no node had room" in r.message and "place_timeout_s" in r.message
