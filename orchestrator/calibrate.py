@@ -26,7 +26,7 @@ __all__ = ["Point", "CalibrationResult", "collect_points", "predict_points", "ca
 
 BOUNDS = {"gemm_eff": (0.05, 1.0), "mem_eff": (0.05, 1.0), "eager_us_per_layer": (0.0, 5000.0),
           "graph_us_per_layer": (0.0, 1000.0), "sched_us_per_seq": (0.0, 1000.0),
-          "fp8_weight_eff": (0.2, 1.0)}
+          "fp8_weight_eff": (0.2, 1.0), "admit_us_per_running": (0.0, 5000.0)}
 # TTFT in a closed loop depends on queueing the model only roughly captures: it is shown and
 # weighs little, so it cannot drag the factors that set throughput and ITL
 WEIGHTS = {"output_tok_s": 1.0, "itl_p50_ms": 1.0, "ttft_p50_ms": 0.05}

@@ -12,7 +12,7 @@ def render_metrics(cfg, engine: SimEngine, mem: MemoryPlan, behind_s: float = 0.
     lab = f'engine="0",model_name="{cfg.served_name}"'
     rows = [
         ("gauge", "vllm:num_requests_running", lab, len(engine.running)),
-        ("gauge", "vllm:num_requests_waiting", lab, len(engine.waiting)),
+        ("gauge", "vllm:num_requests_waiting", lab, engine.waiting_admitted),
         ("gauge", "vllm:kv_cache_usage_perc", lab, round(engine.kv_usage, 6)),
         ("counter", "vllm:num_preemptions_total", lab, engine.preemptions_total),
         ("counter", "vllm:prompt_tokens_total", lab, engine.prompt_tokens_total),

@@ -47,6 +47,11 @@ class EngineProfile(BaseModel):
     # reach the bandwidth roofline): vLLM 0.26 on an H200 decoded 8B FP8 at 3.36 ms vs
     # 4.77 ms BF16, 1.42x where halving the bytes would give ~1.9x
     fp8_weight_eff: float = Field(default=0.72, gt=0, le=1)
+    # a new request reaches the scheduler this long after it arrived, per sequence running
+    # then (the HTTP front end streams every running sequence's tokens and admits new
+    # requests in between); requests keep their order. vLLM 0.26 on an H200, 8B, 512 in /
+    # 256 out: 0.3 ms gives its TTFT p50 at c = 8, 32 and 128 (otherwise 2-5x too low)
+    admit_us_per_running: float = Field(default=300, ge=0)
     activation_reserve_gib: float = Field(ge=0)
     graph_pool_gib: float = Field(ge=0)  # memory CUDA graphs keep when on
 
@@ -76,7 +81,7 @@ PROFILES: dict[str, EngineProfile] = {
 
 #: Profile fields ``calibrate`` fits (and ``sim.profiles`` may override).
 FITTABLE = ("gemm_eff", "mem_eff", "eager_us_per_layer", "graph_us_per_layer", "sched_us_per_seq",
-            "fp8_weight_eff")
+            "fp8_weight_eff", "admit_us_per_running")
 
 
 def get_profile(name: str, overrides: dict[str, float] | None = None) -> EngineProfile:

@@ -78,7 +78,7 @@ def simulate_closed_loop(engine: SimEngine, concurrency: int, requests: int,
             raise RuntimeError("a request can never be scheduled (pool or token budget too "
                                "small for one request)")
         max_running = max(max_running, len(engine.running) + len(out.finished))
-        max_waiting = max(max_waiting, len(engine.waiting))
+        max_waiting = max(max_waiting, engine.waiting_admitted)
         for seq in out.emitted:
             prev = last_token.get(id(seq))
             if prev is not None:

@@ -34,6 +34,7 @@ class Seq:
     prompt_len: int
     max_tokens: int
     arrival: float
+    visible_at: float = 0.0  # when the scheduler may first admit it (front-end delay)
     computed: int = 0  # tokens whose KV is in the cache
     generated: int = 0
     blocks: int = 0
@@ -76,6 +77,7 @@ class SimEngine:
         self.jitter = jitter
         self._rng = random.Random(seed)
         self._admissions = 0
+        self._last_visible = 0.0
         self.preemptions_total = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -83,9 +85,19 @@ class SimEngine:
 
     # -- requests ---------------------------------------------------------------------------
     def add(self, rid: str, prompt_len: int, max_tokens: int, user: object = None) -> Seq:
-        seq = Seq(rid, prompt_len, max_tokens, arrival=self.now, user=user)
+        """A request arrives now; the scheduler sees it after the front end's delay
+        (``admit_us_per_running`` x running sequences), in arrival order."""
+        delay = self.profile.admit_us_per_running * 1e-6 * len(self.running)
+        visible = max(self.now + delay, self._last_visible)
+        self._last_visible = visible
+        seq = Seq(rid, prompt_len, max_tokens, arrival=self.now, visible_at=visible, user=user)
         self.waiting.append(seq)
         return seq
+
+    @property
+    def waiting_admitted(self) -> int:
+        """Waiting requests the scheduler already sees (vLLM's ``num_requests_waiting``)."""
+        return sum(1 for s in self.waiting if s.visible_at <= self.now)
 
     def abort(self, seq: Seq) -> None:
         """Drop a request (client went away); frees its blocks."""
@@ -163,6 +175,8 @@ class SimEngine:
                     budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
+            if seq.visible_at > self.now:
+                break  # still in the front end
             remaining = seq.target_len - seq.computed
             n = min(remaining, budget) if self.profile.chunked_prefill else remaining
             if n > budget:
@@ -182,6 +196,11 @@ class SimEngine:
     def step(self) -> StepOutcome | None:
         """Run one iteration; None when nothing can be scheduled."""
         decodes, chunks = self._schedule()
+        gap = 0.0
+        if not decodes and not chunks and self.waiting and self.waiting[0].visible_at > self.now:
+            gap = self.waiting[0].visible_at - self.now  # idle until the front end hands over
+            self.now += gap
+            decodes, chunks = self._schedule()
         if not decodes and not chunks:
             return None
         shape = BatchShape(
@@ -217,4 +236,4 @@ class SimEngine:
             seq.state = "finished"
             self.running.remove(seq)
             self._release(seq)
-        return StepOutcome(duration, emitted, finished, shape)
+        return StepOutcome(gap + duration, emitted, finished, shape)

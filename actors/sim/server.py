@@ -155,7 +155,7 @@ class SimServer:
             e = self.engine
             _log(stats_line(self.cfg.profile, (e.prompt_tokens_total - p0) / (now - t0),
                             (e.generation_tokens_total - g0) / (now - t0), len(e.running),
-                            len(e.waiting), e.kv_usage))
+                            e.waiting_admitted, e.kv_usage))
             self._stats_prev = (e.prompt_tokens_total, e.generation_tokens_total, now)
 
     # -- handlers ---------------------------------------------------------------------------

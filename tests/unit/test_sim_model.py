@@ -11,6 +11,7 @@ from actors.sim.perf import PROFILES, SimConfig, plan_memory
 from actors.sim.predict import build_engine, simulate_closed_loop
 from actors.sim.shapes import ModelShape, get_preset, load_shape, shape_from_hf_config
 from orchestrator.capacity import predict_level
+from tests.conftest import ROOT
 
 LLAMA8 = get_preset("llama-3.1-8b")
 
@@ -87,6 +88,39 @@ def test_deterministic_for_a_seed():
     c, _ = run(c=16, seed=4, jitter=0.02)
     assert a == b
     assert a.duration_s != c.duration_s
+
+
+def test_front_end_delay_grows_with_running_sequences_and_keeps_order():
+    engine, _ = build_engine(LLAMA8, get_hardware("h100-sxm"), "vllm", SimConfig(), jitter=0.0,
+                             overrides={"admit_us_per_running": 1e6})  # 1 s per running seq
+    first = engine.add("a", 64, 2)
+    assert first.visible_at == engine.now  # nothing running: straight to the scheduler
+    engine.step()  # a's prefill and first token
+    late = engine.add("b", 64, 2)
+    assert late.visible_at == pytest.approx(engine.now + 1.0)  # 1 sequence running
+    assert engine.waiting_admitted == 0  # still in the front end: not vLLM's "waiting"
+    assert [s.rid for s in engine.step().finished] == ["a"]  # b is not in that step
+    after = engine.add("c", 64, 2)  # nothing runs now, but the front end keeps the order
+    assert after.visible_at == late.visible_at
+    before = engine.now
+    out = engine.step()  # nothing schedulable yet: the engine idles until the hand-over
+    assert out is not None and {s.rid for s in out.emitted} == {"b", "c"}
+    assert engine.now == pytest.approx(before + out.duration)  # the idle gap is in the step
+    assert engine.now > late.visible_at and out.duration > late.visible_at - before
+
+
+def test_front_end_delay_is_what_makes_ttft_grow_at_high_concurrency():
+    """vLLM on an H200 (512 in / 256 out): TTFT p50 ~280 ms at c = 32 and ~860 ms at
+    c = 128 (tests/fixtures/h200-sweeps); without the front-end delay the model gave
+    ~175 ms at both, with throughput right. The delay moves TTFT, not throughput."""
+    shape = load_shape(path=str(ROOT / "deploy" / "h200" / "model-8b"))
+    with_delay, _ = run(hw="h200", c=128, n=256, prompt=512, output=256, shape=shape,
+                        max_num_seqs=256)
+    engine, _ = build_engine(shape, get_hardware("h200"), "vllm", SimConfig(max_num_seqs=256),
+                             jitter=0.0, overrides={"admit_us_per_running": 0.0})
+    without = simulate_closed_loop(engine, 128, 256, 512, 256)
+    assert without.ttft_p50_ms < 250 < 600 < with_delay.ttft_p50_ms
+    assert with_delay.output_tok_s == pytest.approx(without.output_tok_s, rel=0.03)
 
 
 def test_memory_plan_matches_a_real_h200_log():
