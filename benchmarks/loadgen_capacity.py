@@ -58,6 +58,8 @@ def main() -> None:
                     help=f"the minimal SSE server (default {DEFAULT_SERVER})")
     ap.add_argument("--coalesce-ms", type=float, default=1.0,
                     help="the lean transport's read coalescing when busy (0: none)")
+    ap.add_argument("--pass-size", type=int, default=256,
+                    help="the most sockets the lean transport reads per loop callback")
     args = ap.parse_args()
     steps = [float(s) for s in args.modes.split(",")]
     streams = [int(s) for s in args.streams.split(",")]
@@ -87,6 +89,7 @@ def main() -> None:
                     else:
                         r = run_ours(srv["url"], cpus="1", streams=c, transport=t,
                                      coalesce_s=args.coalesce_ms / 1e3,
+                                     pass_size=args.pass_size,
                                      requests=args.requests_per_stream * c,
                                      output_tokens=args.output_tokens)
                         toks = r["tokens"]
@@ -94,7 +97,8 @@ def main() -> None:
                                    us_tok=r["us_per_token"], ttft=r["ttft_p50_ms"],
                                    itl=r["itl_p50_ms"], status=r["status"],
                                    flags=",".join(r["flags"]), cpu=r["client_cpu_frac"],
-                                   secs=r["round_s"], per_read=r["tokens_per_read"])
+                                   secs=r["round_s"], per_read=r["tokens_per_read"],
+                                   lag=r["loop_lag_p99_ms"])
                     # the server's CPU over this client's run (it idles between runs): a
                     # share near 1 means the server, not the client, set the rate
                     srv1 = proc_cpu_s(srv["pid"])
@@ -112,7 +116,7 @@ def main() -> None:
                        ("offered", "offered tok/s", ".0f"), ("client", "client", "s"),
                        ("tok_s", "tok/s", ".0f"), ("vs_vllm", "x vLLM", ".2f"),
                        ("us_tok", "CPU us/tok", ".1f"), ("per_read", "tok/read", ".2f"),
-                       ("cpu", "client CPU", ".2f"),
+                       ("cpu", "client CPU", ".2f"), ("lag", "lag p99 ms", ".1f"),
                        ("srv_cpu", "server CPU", ".2f"), ("srv_us_tok", "srv us/tok", ".1f"),
                        ("ttft", "TTFT p50 ms", ".1f"), ("itl", "ITL p50 ms", ".2f"),
                        ("flags", "flags", "s")]))

@@ -333,7 +333,8 @@ class ConnectionPool:
     """Keep-alive connections to one ``http://host:port``; one request per connection."""
 
     def __init__(self, base_url: str, connect_timeout: float = 10.0,
-                 stall_timeout: float = 60.0, coalesce_s: float = 0.001):
+                 stall_timeout: float = 60.0, coalesce_s: float = 0.001,
+                 pass_size: int = _PASS):
         u = urlsplit(base_url)
         if u.scheme != "http":
             raise ValueError(f"the lean client speaks plain http only, not {u.scheme!r}")
@@ -346,6 +347,7 @@ class ConnectionPool:
         self._addr: tuple | None = None
         self.clock_offset = _clock_offset()
         self.coalesce_s = coalesce_s
+        self.pass_size = pass_size
         self._last_pass = 0  # sockets read by the last drain
         self._ep = _EPOLL() if _EPOLL is not None else None
         self._fds: dict[int, _Conn] = {}
@@ -397,7 +399,7 @@ class ConnectionPool:
             self._drain()
 
     def _drain(self) -> None:
-        """Read up to ``_PASS`` ready sockets once each (level-triggered: what is left is
+        """Read up to ``pass_size`` ready sockets once each (level-triggered: what is left is
         seen by the next pass). A longer backlog continues in a fresh loop callback, so
         that one burst of reads does not hold up timers and request starts."""
         if self._ep is None or self._ep.closed:
@@ -405,9 +407,9 @@ class ConnectionPool:
         fds = self._fds
         more = False
         try:
-            ready = self._ep.poll(0, _PASS)
+            ready = self._ep.poll(0, self.pass_size)
             self._last_pass = len(ready)
-            more = len(ready) == _PASS
+            more = len(ready) == self.pass_size
             for fd, _ in ready:
                 conn = fds.get(fd)
                 if conn is not None:

@@ -126,22 +126,27 @@ def _share(total: int, k: int, shards: int) -> int:
 class LevelRunner:
     """Runs levels against one server. ``parse_metrics`` is the engine adapter's parser;
     ``transport`` picks the HTTP client, ``shards`` the processes a level is spread over,
-    ``coalesce_s`` the lean transport's read coalescing when busy (0: none)."""
+    ``coalesce_s`` the lean transport's read coalescing when busy (0: none), ``pass_size``
+    the most sockets it reads in one loop callback (smaller: shorter loop turns, more CPU)."""
 
     def __init__(self, base_url: str, model: str, workload: Workload, prompts: PromptFactory,
                  parse_metrics: Callable[[str, float], MetricsSample] | None = None,
                  metrics_path: str = "/metrics", time_scale: float = 1.0,
                  api_key: str | None = None, per_chunk_usage: bool = True,
-                 transport: str = "lean", shards: int = 1, coalesce_s: float = 0.001):
+                 transport: str = "lean", shards: int = 1, coalesce_s: float = 0.001,
+                 pass_size: int = 256):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, not {transport!r}")
         if shards < 1:
             raise ValueError("shards must be at least 1")
+        if pass_size < 1:
+            raise ValueError("pass_size must be at least 1")
         self._init = dict(base_url=base_url, model=model, workload=workload, prompts=prompts,
                           time_scale=time_scale, api_key=api_key,
                           per_chunk_usage=per_chunk_usage, transport=transport,
-                          coalesce_s=coalesce_s)
+                          coalesce_s=coalesce_s, pass_size=pass_size)
         self.transport, self.shards, self.coalesce_s = transport, shards, coalesce_s
+        self.pass_size = pass_size
         self.base_url = base_url.rstrip("/")
         self.model, self.workload, self.prompts = model, workload, prompts
         self.parse_metrics, self.metrics_path = parse_metrics, metrics_path
@@ -157,7 +162,7 @@ class LevelRunner:
         w = self.workload
         if self.transport == "lean":
             return ConnectionPool(self.base_url, w.connect_timeout_s, w.stall_timeout_s,
-                                  coalesce_s=self.coalesce_s)
+                                  coalesce_s=self.coalesce_s, pass_size=self.pass_size)
         timeout = aiohttp.ClientTimeout(total=None, connect=w.connect_timeout_s,
                                         sock_read=w.stall_timeout_s)
         conn = aiohttp.TCPConnector(limit=concurrency + 8, force_close=False)

@@ -78,19 +78,23 @@ class SimEngine:
         self._rng = random.Random(seed)
         self._admissions = 0
         self._last_visible = 0.0
+        self.step_started = 0.0  # sim time the last step began (``now`` is when it ends)
         self.preemptions_total = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.iterations = 0
 
     # -- requests ---------------------------------------------------------------------------
-    def add(self, rid: str, prompt_len: int, max_tokens: int, user: object = None) -> Seq:
-        """A request arrives now; the scheduler sees it after the front end's delay
-        (``admit_us_per_running`` x running sequences), in arrival order."""
+    def add(self, rid: str, prompt_len: int, max_tokens: int, user: object = None,
+            arrival: float | None = None) -> Seq:
+        """A request arrives at ``arrival`` (default now; a server placing it inside the step
+        in progress gives a time within it); the scheduler sees it after the front end's
+        delay (``admit_us_per_running`` x running sequences), in arrival order."""
+        at = self.now if arrival is None else min(max(arrival, self.step_started), self.now)
         delay = self.profile.admit_us_per_running * 1e-6 * len(self.running)
-        visible = max(self.now + delay, self._last_visible)
+        visible = max(at + delay, self._last_visible)
         self._last_visible = visible
-        seq = Seq(rid, prompt_len, max_tokens, arrival=self.now, visible_at=visible, user=user)
+        seq = Seq(rid, prompt_len, max_tokens, arrival=at, visible_at=visible, user=user)
         self.waiting.append(seq)
         return seq
 
@@ -203,6 +207,7 @@ class SimEngine:
             decodes, chunks = self._schedule()
         if not decodes and not chunks:
             return None
+        self.step_started = self.now
         shape = BatchShape(
             decode_seqs=len(decodes),
             decode_ctx=sum(s.computed for s in decodes),

@@ -123,6 +123,25 @@ def test_lean_transport_without_epoll_reads_each_socket_from_the_loop(
     assert all(d["completion_tokens"] == "16" for d in csv_rows(core))
 
 
+def test_lean_transport_reading_one_socket_per_callback_is_just_as_exact(healthy: str):
+    """``pass_size`` only bounds how many sockets one loop callback reads (loop-turn length
+    against CPU); the smallest still gives a valid level with exact counts."""
+    from actors.loadgen.level import LevelRunner
+    from actors.loadgen.prompts import PromptFactory
+    from orchestrator.spec import Workload
+
+    w = Workload(**workload(warmup_requests=0))
+    runner = LevelRunner(healthy, "sim-model", w, PromptFactory(list(range(100, 30000)), 32),
+                         time_scale=0.1, pass_size=1)
+    res = asyncio.run(runner.run_level(4))
+    assert res.status == "valid", res.reason
+    assert len(runner.last_records) == 16
+    assert all(r.ok and r.completion_tokens == r.chunk_tokens == 16
+               for r in runner.last_records)
+    with pytest.raises(ValueError, match="pass_size"):
+        LevelRunner(healthy, "sim-model", w, PromptFactory([1, 2], 32), pass_size=0)
+
+
 def test_prompts_are_distinct_token_ids_of_exact_length(healthy: str):
     core = LoadGeneratorCore("sim", healthy, "sim-model", workload(), 32000, None, 0.1, None)
     bodies = [core.runner._body(i, 7) for i in range(50)]

@@ -107,6 +107,10 @@ def test_front_end_delay_grows_with_running_sequences_and_keeps_order():
     assert out is not None and {s.rid for s in out.emitted} == {"b", "c"}
     assert engine.now == pytest.approx(before + out.duration)  # the idle gap is in the step
     assert engine.now > late.visible_at and out.duration > late.visible_at - before
+    # a server places an arrival inside the step in progress, never before it or after now
+    inside = engine.add("d", 64, 2, arrival=engine.step_started - 5.0)
+    assert inside.arrival == engine.step_started
+    assert engine.add("e", 64, 2, arrival=engine.now + 5.0).arrival == engine.now
 
 
 def test_front_end_delay_is_what_makes_ttft_grow_at_high_concurrency():
