@@ -42,7 +42,7 @@ class EngineHostCore:
         self.adapter = get_adapter(self.trial.engine)
         self.dir = Path(self.ctx.trial_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.previous_attempt = set_aside_previous_attempt(self.dir)
+        set_aside_previous_attempt(self.dir)
         self.log_path = self.dir / "server.log"
         self.marker = f"{self.ctx.sweep_id}/{self.ctx.trial_key}"
         self.proc: subprocess.Popen | None = None

@@ -100,8 +100,15 @@ class SimEngine:
 
     @property
     def waiting_admitted(self) -> int:
-        """Waiting requests the scheduler already sees (vLLM's ``num_requests_waiting``)."""
-        return sum(1 for s in self.waiting if s.visible_at <= self.now)
+        """Waiting requests the scheduler already sees (vLLM's ``num_requests_waiting``):
+        hand-over times rise along the queue (a preempted request, put back in front, was
+        seen long ago), so the count stops at the first one still in the front end."""
+        n = 0
+        for seq in self.waiting:
+            if seq.visible_at > self.now:
+                break
+            n += 1
+        return n
 
     def abort(self, seq: Seq) -> None:
         """Drop a request (client went away); frees its blocks."""
