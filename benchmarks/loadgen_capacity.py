@@ -58,8 +58,9 @@ def main() -> None:
                     help=f"the minimal SSE server (default {DEFAULT_SERVER})")
     ap.add_argument("--coalesce-ms", type=float, default=1.0,
                     help="the lean transport's read coalescing when busy (0: none)")
-    ap.add_argument("--pass-size", type=int, default=256,
-                    help="the most sockets the lean transport reads per loop callback")
+    ap.add_argument("--pass-size", type=int, default=None,
+                    help="the most sockets the lean transport reads per loop callback "
+                         "(default: the transport's, 16)")
     args = ap.parse_args()
     steps = [float(s) for s in args.modes.split(",")]
     streams = [int(s) for s in args.streams.split(",")]

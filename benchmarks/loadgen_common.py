@@ -228,7 +228,7 @@ def _ours(cfg: dict) -> dict:
                                        seed=cfg.get("seed", 0)),
                          time_scale=1.0, transport=cfg.get("transport", "lean"),
                          shards=cfg.get("shards", 1), coalesce_s=cfg.get("coalesce_s", 0.001),
-                         pass_size=cfg.get("pass_size", 256))
+                         **({"pass_size": cfg["pass_size"]} if cfg.get("pass_size") else {}))
     cpu0, t0 = _cpu(), time.perf_counter()
     res = asyncio.run(runner.run_level(c))
     cpu, wall = _cpu() - cpu0, time.perf_counter() - t0

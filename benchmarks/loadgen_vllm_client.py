@@ -11,7 +11,7 @@ request function, connector and concurrency semaphore, once per configuration.
 A config may name its own ``url``; with ``--stdin`` instead of the JSON list, configs
 are read one per line after it prints ``ready`` (so runs can interleave with others).
 Prints one JSON line per configuration: the benchmark's result (throughput, TTFT and
-ITL medians) plus ``cpu_s``, the CPU time of this process during the run.
+ITL medians) plus ``cpu_s``, the CPU time of this process during the main run (warm-ups excluded).
 """
 
 from __future__ import annotations
@@ -37,6 +37,20 @@ def _median(xs: list[float]) -> float | None:
         return None
     m = len(xs) // 2
     return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
+class _Quiet(io.StringIO):
+    """Swallows benchmark()'s prints; notes the CPU time and clock when its main run starts
+    (after the ready check and warm-up), so that ``cpu_s`` covers the measured run only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.main_cpu: float | None = None
+
+    def write(self, s: str) -> int:
+        if self.main_cpu is None and "Starting main benchmark run" in s:
+            self.main_cpu = _cpu()
+        return super().write(s)
 
 
 def main() -> None:
@@ -70,11 +84,11 @@ def main() -> None:
             goodput_config_dict={}, max_concurrency=cfg["streams"], lora_modules=None,
             extra_headers=None, extra_body={"temperature": 0, "min_tokens": n},
             ready_check_timeout_sec=0)
-        quiet = io.StringIO()
+        quiet = _Quiet()
         cpu0, t0 = _cpu(), time.perf_counter()
         with contextlib.redirect_stdout(quiet):
             res = asyncio.run(benchmark(**kw))
-        cpu = _cpu() - cpu0
+        cpu = _cpu() - (quiet.main_cpu if quiet.main_cpu is not None else cpu0)
         wall = time.perf_counter() - t0
         keep = {k: v for k, v in res.items() if isinstance(v, (int, float)) and v is not None}
         # without a tokenizer benchmark() leaves out the latency summary: take it from the

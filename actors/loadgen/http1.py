@@ -50,7 +50,7 @@ from urllib.parse import urlsplit
 from actors.loadgen.client import _CHOICE, _COMPLETION, _PROMPT, StreamCounter
 from actors.loadgen.results import RequestRecord
 
-__all__ = ["ConnectionPool", "stream_request_lean"]
+__all__ = ["ConnectionPool", "PASS_SIZE", "stream_request_lean"]
 
 _perf = time.perf_counter
 _HEAD, _BODY, _DONE = 0, 1, 2
@@ -62,7 +62,10 @@ _timespec = struct.Struct("qq").unpack_from
 _EPOLL = getattr(select, "epoll", None)
 _HEX = re.compile(rb"[0-9a-fA-F]{1,8}")
 _BUSY = 8  # a drain that found this many ready sockets means the client is busy: coalesce
-_PASS = 256  # sockets read per loop callback at most (a few ms of work)
+#: sockets read per loop callback at most: 16 reads (~0.3 ms) keep a timer or a request start
+#: from waiting behind a whole step of reads (256 at once kept loop lag p99 at 5-25 ms at
+#: 256 streams even a third loaded); smaller costs more per token (benchmarks/README.md)
+PASS_SIZE = 16
 
 
 def _clock_offset() -> float:
@@ -334,7 +337,7 @@ class ConnectionPool:
 
     def __init__(self, base_url: str, connect_timeout: float = 10.0,
                  stall_timeout: float = 60.0, coalesce_s: float = 0.001,
-                 pass_size: int = _PASS):
+                 pass_size: int = PASS_SIZE):
         u = urlsplit(base_url)
         if u.scheme != "http":
             raise ValueError(f"the lean client speaks plain http only, not {u.scheme!r}")

@@ -36,7 +36,7 @@ from actors.loadgen.aggregate import (
     counts_match,
 )
 from actors.loadgen.client import build_body, stream_request
-from actors.loadgen.http1 import ConnectionPool, stream_request_lean
+from actors.loadgen.http1 import PASS_SIZE, ConnectionPool, stream_request_lean
 from actors.loadgen.prompts import PromptFactory
 from actors.loadgen.results import ClientHealth, LevelResult, RequestRecord
 from actors.loadgen.stats import percentile
@@ -134,7 +134,7 @@ class LevelRunner:
                  metrics_path: str = "/metrics", time_scale: float = 1.0,
                  api_key: str | None = None, per_chunk_usage: bool = True,
                  transport: str = "lean", shards: int = 1, coalesce_s: float = 0.001,
-                 pass_size: int = 256):
+                 pass_size: int = PASS_SIZE):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, not {transport!r}")
         if shards < 1:
