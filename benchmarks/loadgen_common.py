@@ -200,10 +200,15 @@ class VllmClient:
         self.close()
 
 
-def _cpu() -> float:
+def _cpu_split() -> tuple[float, float]:
+    """(user, system) CPU seconds of this process and its children so far."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     c = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime
+    return r.ru_utime + c.ru_utime, r.ru_stime + c.ru_stime
+
+
+def _cpu() -> float:
+    return sum(_cpu_split())
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -229,9 +234,10 @@ def _ours(cfg: dict) -> dict:
                          time_scale=1.0, transport=cfg.get("transport", "lean"),
                          shards=cfg.get("shards", 1), coalesce_s=cfg.get("coalesce_s", 0.001),
                          **({"pass_size": cfg["pass_size"]} if cfg.get("pass_size") else {}))
-    cpu0, t0 = _cpu(), time.perf_counter()
+    (u0, s0), t0 = _cpu_split(), time.perf_counter()
     res = asyncio.run(runner.run_level(c))
-    cpu, wall = _cpu() - cpu0, time.perf_counter() - t0
+    (u1, s1), wall = _cpu_split(), time.perf_counter() - t0
+    cpu = (u1 - u0) + (s1 - s0)
     m = res.metrics
     tokens = sum(r.chunk_tokens for r in runner.last_records)
     first = min((r.start for r in runner.last_records), default=0.0)
@@ -247,7 +253,9 @@ def _ours(cfg: dict) -> dict:
                                   if r.ok and r.first_token is not None]),
            "tokens_per_read": tokens / max(sum(len(r.arrivals) for r in runner.last_records),
                                            1),
-           "us_per_token": 1e6 * cpu / tokens if tokens else None}
+           "us_per_token": 1e6 * cpu / tokens if tokens else None,
+           "us_user_per_token": 1e6 * (u1 - u0) / tokens if tokens else None,
+           "us_sys_per_token": 1e6 * (s1 - s0) / tokens if tokens else None}
     if cfg.get("records"):
         out["records"] = [[r.round, r.index, r.start, r.first_token, r.arrivals, r.counts]
                           for r in runner.last_records]

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from actors.loadgen.client import StreamCounter
-from actors.loadgen.http1 import ConnectionPool, _Conn
+from actors.loadgen.http1 import ConnectionPool, _Conn, _scan
 from actors.loadgen.results import RequestRecord
 from tests.conftest import FIXTURES
 
@@ -105,4 +105,4 @@ TOKEN = (b'data: {"id":"c","object":"text_completion","choices":[{"index":0,"tex
 def test_scan_takes_whole_token_events_only(read: bytes, expected: int):
     """The hot path counts only reads that are whole chunks of one-line token events with
     per-chunk usage; anything else is left (-1) to the general parser."""
-    assert _Conn._scan(read) == expected
+    assert _scan(read) == expected
