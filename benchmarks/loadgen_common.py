@@ -165,7 +165,7 @@ class VllmClient:
         self.proc = subprocess.Popen(pinned(argv, cpus), cwd=ROOT, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      text=True)
-        self._line()  # "ready"
+        self._line()  # "ready": vLLM is imported, nothing of it runs until the first config
 
     def _line(self) -> str:
         assert self.proc.stdout is not None
@@ -175,7 +175,7 @@ class VllmClient:
         return line
 
     def run(self, url: str, **cfg: object) -> dict:
-        """Waits until vLLM is imported (first call), then runs one config."""
+        """Runs one config (vLLM was imported before the constructor returned)."""
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(dict(cfg, url=url)) + "\n")
         self.proc.stdin.flush()

@@ -55,13 +55,16 @@ class _Quiet(io.StringIO):
 
 def main() -> None:
     default_url = sys.argv[1]
+    # imported before "ready": the import takes seconds of the core this process shares
+    # with the other clients, which must not run meanwhile
+    from vllm.benchmarks.datasets import SampleRequest
+    from vllm.benchmarks.serve import TaskType, benchmark
+
     if sys.argv[2:] == ["--stdin"]:  # one config per input line, answered as it comes
         print("ready", flush=True)
         configs = (json.loads(line) for line in sys.stdin if line.strip())
     else:
         configs = iter(json.loads(sys.argv[2]))
-    from vllm.benchmarks.datasets import SampleRequest
-    from vllm.benchmarks.serve import TaskType, benchmark
 
     for cfg in configs:
         url = cfg.get("url", default_url)
