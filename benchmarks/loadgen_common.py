@@ -24,8 +24,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-PY = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").is_dir() else sys.executable
-VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
+#: the Pythons that run our client and the vLLM client (overridable where there is no
+#: .venv / .venv-vllm, e.g. deploy/h200/loadgen_sustained.sh with vLLM on PYTHONPATH)
+PY = os.environ.get("SERVESWEEP_BENCH_PY") or (
+    str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").is_dir() else sys.executable)
+VLLM_PY = Path(os.environ.get("SERVESWEEP_VLLM_PY") or ROOT / ".venv-vllm" / "bin" / "python")
 SSE_SERVER = ROOT / "benchmarks" / "loadgen_sse_server.py"
 SSE_SERVER_C = ROOT / "benchmarks" / "sse_server.c"
 SSE_SERVER_BIN = RESULTS / "sse_server"
@@ -90,6 +93,8 @@ def build_c_server() -> Path:
     """``benchmarks/sse_server.c`` built with ``gcc -O2`` into benchmarks/results/ (when
     missing or older than the source)."""
     src, out = SSE_SERVER_C, SSE_SERVER_BIN
+    if out.exists() and shutil.which("gcc") is None:
+        return out  # carried along, built elsewhere
     if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
         RESULTS.mkdir(parents=True, exist_ok=True)
         gcc = shutil.which("gcc")

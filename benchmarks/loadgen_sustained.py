@@ -151,8 +151,9 @@ def main() -> None:
             if name != "vllm-bench" and v and ref:
                 print(f"{c} streams: {name} / vllm-bench = {v / ref:.2f}x")
         summary.append(dict(streams=c, sustained=best))
-    path = save(f"loadgen_sustained-{'-'.join(str(c) for c in streams)}", {"machine": machine_note(), "rows": rows,
-                                      "summary": summary, "args": vars(args)})
+    name = "loadgen_sustained-" + "-".join(str(c) for c in streams)
+    path = save(name, {"machine": machine_note(), "rows": rows, "summary": summary,
+                       "args": vars(args)})
     print(f"wrote {path}")
 
 
