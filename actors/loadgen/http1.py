@@ -14,11 +14,12 @@ Coalescing: with kernel timestamps a read's arrival time does not depend on when
 it is read, so when the client is busy (the last pass found many ready sockets)
 the pool waits a moment after a wake-up before draining: sockets that become ready
 meanwhile are read in the same pass, one ``epoll_wait`` and one loop turn for many
-reads. The wait is ``coalesce_s`` (default 1 ms) at most and a quarter of the mean
-time between a stream's tokens (measured on the hot path; no wait until measured),
-so that a stream's tokens are still read one per read. A quiet client drains at
-once (no delay before the next request is sent); without kernel timestamps there is
-no coalescing.
+reads. The wait is ``coalesce_s`` (default 1 ms), and only where a stream's tokens
+come at least 4 x that apart on average (measured on the hot path; no wait until
+measured), so that they are still read one per read. Not shorter: the loop's
+selector sleeps whole milliseconds, so a 0.25 ms wait is a 1 ms one. A quiet client
+drains at once (no delay before the next request is sent); without kernel
+timestamps there is no coalescing.
 
 Timestamps: on Linux each read carries the kernel's receive time
 (``SO_TIMESTAMPNS``), converted to the ``perf_counter`` clock. A token's arrival
@@ -370,8 +371,8 @@ class ConnectionPool:
         self.clock_offset = _clock_offset()
         self.coalesce_s = coalesce_s
         #: running mean of the time between two tokens of one stream (0 until measured):
-        #: coalescing waits at most a quarter of it, so that a socket is read before its
-        #: next token lands (else reads would bunch at fast steps, e.g. 1 ms x 64 streams)
+        #: coalescing only where it is at least 4 x coalesce_s, so that a socket is read
+        #: before its next token lands (else reads bunch at fast steps, e.g. 1 ms x 64)
         self.token_gap = 0.0
         self.pass_size = pass_size
         self._burst = 0  # sockets read so far by the drain in progress (passes chained)
@@ -418,11 +419,11 @@ class ConnectionPool:
     def _wake(self) -> None:
         """Some socket is ready: drain now, or (kernel timestamps) a moment later, so that
         one pass reads every socket that became ready meanwhile."""
-        delay = min(self.coalesce_s, self.token_gap / 4)
-        if delay > 0 and self._stamps and self._last_burst >= _BUSY:
+        if (self.coalesce_s > 0 and self.token_gap >= 4 * self.coalesce_s and self._stamps
+                and self._last_burst >= _BUSY):
             self._loop.remove_reader(self._ep.fileno())  # type: ignore[union-attr]
             self._armed = False
-            self._loop.call_later(delay, self._drain)  # type: ignore[union-attr]
+            self._loop.call_later(self.coalesce_s, self._drain)  # type: ignore[union-attr]
         else:
             self._drain()
 
