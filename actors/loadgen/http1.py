@@ -15,7 +15,7 @@ it is read, so when the client is busy (the last pass found many ready sockets)
 the pool waits a moment after a wake-up before draining: sockets that become ready
 meanwhile are read in the same pass, one ``epoll_wait`` and one loop turn for many
 reads. The wait is ``coalesce_s`` (default 1 ms), and only where a stream's tokens
-come at least 4 x that apart on average (measured on the hot path; no wait until
+come at least 2 x that apart on average (measured on the hot path; no wait until
 measured), so that they are still read one per read. Not shorter: the loop's
 selector sleeps whole milliseconds, so a 0.25 ms wait is a 1 ms one. A quiet client
 drains at once (no delay before the next request is sent); without kernel
@@ -371,7 +371,7 @@ class ConnectionPool:
         self.clock_offset = _clock_offset()
         self.coalesce_s = coalesce_s
         #: running mean of the time between two tokens of one stream (0 until measured):
-        #: coalescing only where it is at least 4 x coalesce_s, so that a socket is read
+        #: coalescing only where it is at least 2 x coalesce_s, so that a socket is read
         #: before its next token lands (else reads bunch at fast steps, e.g. 1 ms x 64)
         self.token_gap = 0.0
         self.pass_size = pass_size
@@ -419,7 +419,7 @@ class ConnectionPool:
     def _wake(self) -> None:
         """Some socket is ready: drain now, or (kernel timestamps) a moment later, so that
         one pass reads every socket that became ready meanwhile."""
-        if (self.coalesce_s > 0 and self.token_gap >= 4 * self.coalesce_s and self._stamps
+        if (self.coalesce_s > 0 and self.token_gap >= 2 * self.coalesce_s and self._stamps
                 and self._last_burst >= _BUSY):
             self._loop.remove_reader(self._ep.fileno())  # type: ignore[union-attr]
             self._armed = False
