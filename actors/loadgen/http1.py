@@ -420,7 +420,7 @@ class ConnectionPool:
         """Some socket is ready: drain now, or (kernel timestamps) a moment later, so that
         one pass reads every socket that became ready meanwhile."""
         if (self.coalesce_s > 0 and self.token_gap >= 2 * self.coalesce_s and self._stamps
-                and self._last_burst >= _BUSY):
+                and self._burst == 0 and self._last_burst >= _BUSY):
             self._loop.remove_reader(self._ep.fileno())  # type: ignore[union-attr]
             self._armed = False
             self._loop.call_later(self.coalesce_s, self._drain)  # type: ignore[union-attr]
@@ -428,9 +428,10 @@ class ConnectionPool:
             self._drain()
 
     def _drain(self) -> None:
-        """Read up to ``pass_size`` ready sockets once each (level-triggered: what is left is
-        seen by the next pass). A longer backlog continues in a fresh loop callback, so
-        that one burst of reads does not hold up timers and request starts."""
+        """Read up to ``pass_size`` ready sockets once each. Both epoll sets are
+        level-triggered: a longer backlog leaves the pool's descriptor readable, so the
+        loop calls ``_wake`` again on its next turn (after any due timers and request
+        starts: one burst of reads does not hold them up), which drains on at once."""
         if self._ep is None or self._ep.closed:
             return
         fds = self._fds
@@ -446,13 +447,7 @@ class ConnectionPool:
         finally:
             if not more:
                 self._last_burst, self._burst = self._burst, 0
-            if more and self._loop is not None:
-                if self._armed:  # the loop would call us again for the backlog anyway
-                    self._loop.remove_reader(self._ep.fileno())
-                    self._armed = False
-                self._loop.call_soon(self._drain)
-            else:
-                self._arm()
+            self._arm()
 
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
