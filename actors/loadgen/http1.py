@@ -11,7 +11,7 @@ SSE parse, no JSON); anything else goes through the general parser and
 ``StreamCounter``. No task wakes up per token.
 
 Coalescing: with kernel timestamps a read's arrival time does not depend on when
-it is read, so when the client is busy (the last pass found many ready sockets)
+it is read, so when the client is busy (its last drain read many sockets)
 the pool waits a moment after a wake-up before draining: sockets that become ready
 meanwhile are read in the same pass, one ``epoll_wait`` and one loop turn for many
 reads. The wait is ``coalesce_s`` (default 1 ms), and only where a stream's tokens
@@ -416,11 +416,17 @@ class ConnectionPool:
             self._loop.add_reader(self._ep.fileno(), self._wake)
             self._armed = True
 
+    def coalescing(self) -> bool:
+        """Whether a wake-up waits ``coalesce_s`` before draining: kernel timestamps, not in
+        the middle of a drain, the last drain was busy, and a stream's tokens come at
+        least 2 x ``coalesce_s`` apart (a shorter gap would make reads bunch)."""
+        return (self.coalesce_s > 0 and self._stamps and self._burst == 0
+                and self._last_burst >= _BUSY and self.token_gap >= 2 * self.coalesce_s)
+
     def _wake(self) -> None:
-        """Some socket is ready: drain now, or (kernel timestamps) a moment later, so that
-        one pass reads every socket that became ready meanwhile."""
-        if (self.coalesce_s > 0 and self.token_gap >= 2 * self.coalesce_s and self._stamps
-                and self._burst == 0 and self._last_burst >= _BUSY):
+        """Some socket is ready: drain now, or (``coalescing``) a moment later, so that one
+        pass reads every socket that became ready meanwhile."""
+        if self.coalescing():
             self._loop.remove_reader(self._ep.fileno())  # type: ignore[union-attr]
             self._armed = False
             self._loop.call_later(self.coalesce_s, self._drain)  # type: ignore[union-attr]

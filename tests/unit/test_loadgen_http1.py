@@ -106,3 +106,25 @@ def test_scan_takes_whole_token_events_only(read: bytes, expected: int):
     """The hot path counts only reads that are whole chunks of one-line token events with
     per-chunk usage; anything else is left (-1) to the general parser."""
     assert _scan(read) == expected
+
+
+def test_coalescing_waits_only_where_it_cannot_bunch_reads():
+    """The pool delays a drain only when busy and when a stream's tokens come at least
+    twice the wait apart: the loop's selector sleeps whole milliseconds, so a wait at a
+    faster pace would put two tokens of one stream into one read."""
+    pool = ConnectionPool("http://127.0.0.1:9", coalesce_s=0.001)
+    pool._last_burst = 64  # the last drain read 64 sockets: busy
+    assert not pool.coalescing()  # no gap measured yet
+    pool.token_gap = 0.0015  # 1.5 ms between a stream's tokens
+    assert not pool.coalescing()
+    pool.token_gap = 0.005
+    assert pool.coalescing()
+    pool._burst = 16  # in the middle of a drain: go on at once
+    assert not pool.coalescing()
+    pool._burst, pool._last_burst = 0, 2  # quiet: drain at once
+    assert not pool.coalescing()
+    off = ConnectionPool("http://127.0.0.1:9", coalesce_s=0)
+    off._last_burst, off.token_gap = 64, 0.005
+    assert not off.coalescing()  # coalescing turned off
+    for p in (pool, off):
+        asyncio.run(p.close())
