@@ -212,10 +212,6 @@ def _cpu_split() -> tuple[float, float]:
     return r.ru_utime + c.ru_utime, r.ru_stime + c.ru_stime
 
 
-def _cpu() -> float:
-    return sum(_cpu_split())
-
-
 def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 

@@ -150,9 +150,7 @@ class _Conn:
         self.pool._register(self)
 
     def _readable(self) -> None:
-        """The socket has data (or was closed): one read, stamped, then parsed. Whole token
-        events (``_scan``) are counted right here; a Python call costs ~0.3-1 us on this
-        kind of VM, against ~20 us for a whole token, so the hot path makes few."""
+        """The socket has data (or was closed): one read, stamped, then parsed."""
         try:
             data, anc, _, _ = self.sock.recvmsg(_READ, _TS_SPACE)  # type: ignore[union-attr]
         except (BlockingIOError, InterruptedError):
@@ -173,11 +171,6 @@ class _Conn:
                 t = sec + nsec * 1e-9 - self.pool.clock_offset
                 if now - 1.0 < t <= now:  # sane: the kernel got it before we read it
                     now = t
-        if self.fast:
-            last = _scan(data)
-            if last >= 0:
-                self._counted(last, data, now)
-                return
         self.data_received(data, now)
 
     def _counted(self, last: int, data: bytes, now: float) -> None:
@@ -188,15 +181,11 @@ class _Conn:
         counter.last_usage = last  # type: ignore[union-attr]
         rec = counter.rec  # type: ignore[union-attr]
         rec.completion_tokens = last
-        if got > 0:  # StreamCounter._arrived, inline
-            if rec.first_token is None:
-                rec.first_token = now
-            else:  # the pool's running mean gap between a stream's tokens (coalescing)
-                pool = self.pool
+        if got > 0:
+            if rec.first_token is not None:  # the pool's running mean gap between a
+                pool = self.pool  # stream's tokens (it decides coalescing)
                 pool.token_gap += 0.01 * ((now - prev) / got - pool.token_gap)
-            rec.arrivals.append(now)
-            rec.counts.append(got)
-            rec.chunk_tokens += got
+            counter._arrived(got, now)  # type: ignore[union-attr]
         if rec.prompt_tokens is None:
             m = _PROMPT.search(data)
             rec.prompt_tokens = int(m.group(1)) if m else None
