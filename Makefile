@@ -11,6 +11,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	@$(PY) -c "from actors.loadgen import fastread as f; print('load generator read pass:', 'native' if f.reader(1, 1) else 'pure Python (' + f.why_not() + ')')"
 	@touch $(STAMP)
 
 ## demo: install, then run the quickstart sweep (local Ray, sim engine, MLflow in mlruns/)

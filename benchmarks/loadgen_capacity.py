@@ -7,7 +7,9 @@ token per write, ~100k tok/s from one core), with ``--server python`` the Python
 server's core is near its limit too: see the server CPU column. Every client runs
 pinned to core 1, one after another against the same server:
 
-- ours, lean transport (``actors.loadgen.http1``, the default),
+- ours, lean transport (``actors.loadgen.http1``, the default: its native read pass),
+- ours, lean transport with its pure-Python read pass (``--clients lean-python``: what
+  runs where no C compiler is found),
 - ours, aiohttp transport,
 - ``vllm bench serve``'s client loop (``loadgen_vllm_client.py``; vLLM imported once).
 

