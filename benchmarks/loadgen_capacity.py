@@ -7,7 +7,7 @@ token per write, ~100k tok/s from one core), with ``--server python`` the Python
 server's core is near its limit too: see the server CPU column. Every client runs
 pinned to core 1, one after another against the same server:
 
-- ours, lean transport (``actors.loadgen.http1``, the default: its native read pass),
+- ours, lean transport (``actors.loadgen.pool``, the default: its native read pass),
 - ours, lean transport with its pure-Python read pass (``--clients lean-python``: what
   runs where no C compiler is found),
 - ours, aiohttp transport,
@@ -101,7 +101,7 @@ def main() -> None:
                                    itl=r["itl_p50_ms"], status=r["status"],
                                    flags=",".join(r["flags"]), cpu=r["client_cpu_frac"],
                                    secs=r["round_s"], per_read=r["tokens_per_read"],
-                                   lag=r["loop_lag_p99_ms"])
+                                   lag=r["loop_lag_p99_ms"], reader=r.get("reader"))
                     # the server's CPU over this client's run (it idles between runs): a
                     # share near 1 means the server, not the client, set the rate
                     srv1 = proc_cpu_s(srv["pid"])

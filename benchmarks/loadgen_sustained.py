@@ -72,7 +72,8 @@ def _ours_row(r: dict) -> dict:
     return dict(tokens=r["tokens"], tok_s=r["tokens"] / span if span else None,
                 per_read=r["tokens_per_read"], us_tok=r["us_per_token"],
                 cpu=r["client_cpu_frac"], secs=span, lag=r["loop_lag_p99_ms"],
-                flags=",".join(r["flags"]), errors=0 if r["status"] != "invalid" else 1)
+                flags=",".join(r["flags"]), errors=0 if r["status"] != "invalid" else 1,
+                reader=r.get("reader"))
 
 
 def main() -> None:

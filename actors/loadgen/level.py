@@ -36,7 +36,7 @@ from actors.loadgen.aggregate import (
     counts_match,
 )
 from actors.loadgen.client import build_body, stream_request
-from actors.loadgen.http1 import PASS_SIZE, ConnectionPool, stream_request_lean
+from actors.loadgen.pool import PASS_SIZE, ConnectionPool, stream_request_lean
 from actors.loadgen.prompts import PromptFactory
 from actors.loadgen.results import ClientHealth, LevelResult, RequestRecord
 from actors.loadgen.stats import percentile
@@ -45,7 +45,7 @@ from orchestrator.spec import Workload
 __all__ = ["LevelRunner", "aggregate_level", "counts_match", "CHAT_TEMPLATE_MAX_OVERHEAD",
            "LAG_LIMIT_MS", "CPU_LIMIT", "TRANSPORTS"]
 
-#: Client transports: ``lean`` (``http1``: raw sockets drained from one epoll set, the
+#: Client transports: ``lean`` (``pool``, ``http1``: raw sockets read from one epoll set, the
 #: faster) and ``aiohttp``.
 TRANSPORTS = ("lean", "aiohttp")
 

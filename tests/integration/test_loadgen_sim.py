@@ -125,9 +125,9 @@ def test_lean_transport_without_epoll_reads_each_socket_from_the_loop(
         healthy: str, monkeypatch: pytest.MonkeyPatch):
     """Where ``select.epoll`` is missing (not Linux) each socket gets its own loop reader;
     the level is just as valid and exact."""
-    from actors.loadgen import http1
+    from actors.loadgen import pool
 
-    monkeypatch.setattr(http1, "_EPOLL", None)
+    monkeypatch.setattr(pool, "_EPOLL", None)
     res, core = run_level(healthy, workload(), transport="lean")
     assert res["status"] == "valid", res["reason"]
     assert res["requests"] == 16 and res["count_mismatches"] == 0

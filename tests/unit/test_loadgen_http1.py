@@ -8,7 +8,8 @@ import random
 import pytest
 
 from actors.loadgen.client import StreamCounter
-from actors.loadgen.http1 import ConnectionPool, _Conn, _scan
+from actors.loadgen.http1 import Connection, _scan
+from actors.loadgen.pool import ConnectionPool
 from actors.loadgen.results import RequestRecord
 from tests.conftest import FIXTURES
 
@@ -22,7 +23,7 @@ def chunked(events: list[bytes]) -> bytes:
 def replay(reads: list[bytes]) -> tuple[RequestRecord, object]:
     loop = asyncio.new_event_loop()
     try:
-        conn = _Conn(ConnectionPool("http://127.0.0.1:1"))
+        conn = Connection(ConnectionPool("http://127.0.0.1:1"))
         rec = RequestRecord(0, 0)
         fut = loop.create_future()
         conn._reset(StreamCounter(rec), fut)
