@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import select
 import socket
@@ -109,3 +110,30 @@ def test_drain_reads_at_most_per_read_and_leaves_the_rest_for_the_next_pass(pair
         recs = reader.drain(ep.fileno())
         got.append(recs[2])
     assert got == [100, 100, 50]
+
+
+def test_without_a_compiler_the_python_pass_runs_and_says_why(monkeypatch, tmp_path):
+    """No usable compiler (or the switch off): ``reader`` is None and ``why_not`` names the
+    cause; the pool then reads with its Python pass."""
+    from actors.loadgen.pool import ConnectionPool
+
+    monkeypatch.setattr(fastread, "_state", {})
+    monkeypatch.setattr(fastread, "_build_dirs", lambda: [tmp_path / "build"])
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert fastread.reader(16, 65536) is None
+    assert "no-such-cc" in fastread.why_not() and not list((tmp_path / "build").iterdir())
+    pool = ConnectionPool("http://127.0.0.1:9")
+    assert pool.native is None
+    asyncio.run(pool.close())
+    monkeypatch.setattr(fastread, "_state", {})
+    monkeypatch.setenv("SERVESWEEP_NATIVE_READ", "0")
+    assert fastread.reader(16, 65536) is None
+    assert "SERVESWEEP_NATIVE_READ=0" in fastread.why_not()
+
+
+def test_a_fresh_build_dir_gets_one_library_per_source_version(monkeypatch, tmp_path):
+    monkeypatch.setattr(fastread, "_state", {})
+    monkeypatch.setattr(fastread, "_build_dirs", lambda: [tmp_path])
+    assert fastread.reader(4, 1024) is not None, fastread.why_not()
+    built = [p.name for p in tmp_path.iterdir()]
+    assert len(built) == 1 and built[0].startswith("fastread-") and built[0].endswith(".so")
