@@ -98,6 +98,12 @@ class Workload(Frozen):
     stall_timeout_s: float = Field(default=60, gt=0)
     level_timeout_s: float = Field(default=900, gt=0)
     seed: int = 0
+    #: the load generator's processes on the server's node, each with its own event loop
+    #: and share of the streams: one core's worth of reading each (a level flagged
+    #: ``client_bound`` at one shard wants more)
+    client_shards: PosInt = 1
+    #: ``lean`` (raw sockets, the faster) or ``aiohttp``
+    client_transport: Literal["lean", "aiohttp"] = "lean"
 
     @field_validator("concurrency")
     @classmethod

@@ -120,6 +120,10 @@ class Tracker:
                     continue
                 metrics.append(Metric(name, float(value), now, c))
                 metrics.append(Metric(f"{name}_c{c}", float(value), now, 0))
+            if lv.client is not None:  # the client's self-check: can the level be trusted
+                metrics += [Metric("client_cpu_frac", lv.client.cpu_frac, now, c),
+                            Metric("client_loop_lag_p99_ms", lv.client.loop_lag_p99_ms, now, c)]
+                self.client.log_batch(rid, tags=[RunTag("client.reader", lv.client.reader)])
             if lv.status == "valid":
                 valid_tputs.append(lv.metrics.output_tok_s)
             for tag in lv.flags:

@@ -61,7 +61,8 @@ class LoadGeneratorCore:
 
     def __init__(self, engine: str, base_url: str, model_name: str, workload: dict,
                  vocab_size: int, tokenizer_dir: str | None = None, time_scale: float = 1.0,
-                 api_key: str | None = None, transport: str = "lean", shards: int = 1):
+                 api_key: str | None = None, transport: str | None = None,
+                 shards: int | None = None):
         self.workload = Workload.model_validate(workload)
         adapter = get_adapter(engine)
         ids = usable_token_ids(vocab_size, tokenizer_dir)
@@ -73,7 +74,8 @@ class LoadGeneratorCore:
                                   parse_metrics=adapter.parse_metrics,
                                   metrics_path=adapter.metrics_path, time_scale=time_scale,
                                   api_key=api_key, per_chunk_usage=adapter.per_chunk_usage,
-                                  transport=transport, shards=shards)
+                                  transport=transport or self.workload.client_transport,
+                                  shards=shards or self.workload.client_shards)
         self._rows: list[tuple[int, RequestRecord]] = []
         self._t0: float | None = None
 

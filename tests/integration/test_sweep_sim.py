@@ -18,6 +18,7 @@ from tests.conftest import minimal_spec
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
     home = tmp_path_factory.mktemp("state")
     spec = minimal_spec(name="skeleton")
+    spec["workload"]["client_shards"] = 2  # the client split over 2 processes (inside Ray)
     spec["space"] = [{"engine": "sim", "profile": ["vllm", "trtllm"], "kv_dtype": ["auto"]},
                      {"engine": "sim", "profile": "vllm", "tp": 4}]  # > 2 GPUs: infeasible
     path = home / "spec.yaml"
@@ -49,6 +50,7 @@ def test_sweep_completes_with_results_in_the_ledger(sweep):
             assert lv.status == "valid"
             assert lv.count_mismatches == 0 and not lv.errors
             assert lv.metrics.output_tok_s > 0 and lv.metrics.ttft_p50_ms > 0
+            assert lv.client.shards == min(2, lv.concurrency)
         assert r.applied["cuda_graphs"] is True
         assert r.capacity is not None and r.capacity.pool_blocks > 0
         assert r.host["argv"][1:3] == ["-m", "actors.sim.server"]
@@ -72,6 +74,10 @@ def test_mlflow_has_parent_and_nested_runs_with_params_and_metrics(sweep):
         assert r.data.metrics["output_tok_s_c4"] > r.data.metrics["output_tok_s_c1"]
         history = client.get_metric_history(r.info.run_id, "output_tok_s")
         assert sorted(m.step for m in history) == [1, 4]  # x = concurrency
+        # the client's self-check per level, and how it read
+        cpu = client.get_metric_history(r.info.run_id, "client_cpu_frac")
+        assert sorted(m.step for m in cpu) == [1, 4] and all(0 < m.value < 1.5 for m in cpu)
+        assert r.data.tags["client.reader"] in ("native", "python")
         files = {f.path for f in client.list_artifacts(r.info.run_id)}
         assert {"server.log", "sim_config.json", "requests.csv", "command.json",
                 "trial_config.json"} <= files
