@@ -83,6 +83,11 @@ def test_drain_reads_stamps_and_scans_each_ready_socket(pair):
     a, b, ep = pair
     reader = fastread.reader(pass_size=4, per_read=65536)
     assert reader.drain(ep.fileno()) == []  # nothing ready: no read
+    # the kernel turns receive stamping on a moment after the first socket asks for it (a
+    # deferred switch): until then reads carry no stamp (0) and the pool uses its own clock
+    a.sendall(b"x")
+    time.sleep(0.05)
+    assert reader.drain(ep.fileno())[2] == 1
     data = chunk(TOKEN % (3, 8))
     before = time.time_ns()
     a.sendall(data)
