@@ -12,8 +12,9 @@ Timestamps: on Linux each read carries the kernel's receive time
 (``SO_TIMESTAMPNS``), converted to the ``perf_counter`` clock. A token's arrival
 time is then when it reached this host, not when a busy event loop got round to
 it: 256 streams whose tokens land together are not smeared over the time the
-client takes to read them. Elsewhere (or if the option is refused) the read's
-``perf_counter`` is used.
+client takes to read them. Elsewhere (or if the option is refused, or for a read that
+landed before the kernel switched stamping on: it does so a moment after the first
+socket asks) the read's ``perf_counter`` is used.
 
 Scope: plain ``http://`` (the load generator runs on the server's node),
 keep-alive connections reused across requests, ``Transfer-Encoding: chunked``,
