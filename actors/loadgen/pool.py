@@ -49,6 +49,13 @@ _BUSY = 8  # a drain (its passes together) that read this many sockets: busy, so
 PASS_SIZE = 16
 
 
+def _broken(conn: Connection, err: Exception) -> None:
+    """A read its connection could not take (e.g. bytes on an idle connection): that request
+    fails as ``protocol`` and the connection closes; the other reads of the pass (already
+    taken from their sockets) are still delivered."""
+    conn._fail("protocol", f"unexpected {type(err).__name__}: {err}")  # (closes it)
+
+
 def _clock_offset() -> float:
     """CLOCK_REALTIME - perf_counter (CLOCK_MONOTONIC), from the tightest of a few reads."""
     best = None
@@ -165,7 +172,10 @@ class ConnectionPool:
             for fd, _ in ready:
                 conn = fds.get(fd)
                 if conn is not None:
-                    conn._readable()
+                    try:
+                        conn._readable()
+                    except Exception as err:  # noqa: BLE001 - see _broken
+                        _broken(conn, err)
         finally:
             if not more:
                 self._last_burst, self._burst = self._burst, 0
@@ -197,10 +207,13 @@ class ConnectionPool:
                     t = ns * 1e-9 - offset
                     if not now - 1.0 < t <= now:  # insane: use the pass's clock
                         t = now
-                if last >= 0 and conn.fast:
-                    conn._counted(last, view[off:off + length], t)
-                else:
-                    conn.data_received(bytes(view[off:off + length]), t)
+                try:
+                    if last >= 0 and conn.fast:
+                        conn._counted(last, view[off:off + length], t)
+                    else:
+                        conn.data_received(bytes(view[off:off + length]), t)
+                except Exception as err:  # noqa: BLE001 - see _broken
+                    _broken(conn, err)
         finally:
             if not more:
                 self._last_burst, self._burst = self._burst, 0
