@@ -5,7 +5,7 @@ Why: at one token per read the client's cost is per read, and in Python even a b
 any parsing (benchmarks/README.md), so 51.2k tokens/s (5 ms x 256 streams) took a
 whole core. The C pass does the system calls and the hot-path scan of a whole drain
 pass in one call; Python keeps every decision and all HTTP/SSE state
-(``pool.ConnectionPool._drain_native``), so both paths count the same tokens.
+(``pool.ConnectionPool._pass_native``), so both paths count the same tokens.
 
 Contract: ``reader()`` returns a ``NativeReader`` or None (then the pure-Python drain
 runs; ``why_not()`` says why). None where: not Linux, ``SERVESWEEP_NATIVE_READ=0``,

@@ -8,8 +8,9 @@ instead of one callback per socket. Elsewhere each socket gets its own loop read
 Native read pass: where ``fastread`` can build its C pass (Linux with a C compiler),
 one call per loop callback does the ``epoll_wait``, the ``recvmsg`` of every ready
 socket and the hot-path scan; Python then only records what it found
-(``_drain_native``). At one token per read that halves the client's CPU per token
-(benchmarks/README.md). Without it the same pass runs in Python (``_drain``).
+(``_pass_native``). At one token per read that halves the client's user time per token
+and cuts its CPU per token by a quarter to a third (benchmarks/README.md). Without it
+the same pass runs in Python (``_pass_python``).
 
 Coalescing: with kernel timestamps a read's arrival time does not depend on when
 it is read, so when the client is busy (its last drain read many sockets)
@@ -154,70 +155,60 @@ class ConnectionPool:
             self._drain()
 
     def _drain(self) -> None:
-        """Read up to ``pass_size`` ready sockets once each. Both epoll sets are
+        """Read up to ``pass_size`` ready sockets once each (one pass). Both epoll sets are
         level-triggered: a longer backlog leaves the pool's descriptor readable, so the
         loop calls ``_wake`` again on its next turn (after any due timers and request
         starts: one burst of reads does not hold them up), which drains on at once."""
         if self._ep is None or self._ep.closed:
             return
-        if self.native is not None:
-            self._drain_native()
-            return
-        fds = self._fds
-        more = False
+        reads = 0
         try:
-            ready = self._ep.poll(0, self.pass_size)
-            self._burst += len(ready)
-            more = len(ready) == self.pass_size
-            for fd, _ in ready:
-                conn = fds.get(fd)
-                if conn is not None:
-                    try:
-                        conn._readable()
-                    except Exception as err:  # noqa: BLE001 - see _broken
-                        _broken(conn, err)
+            reads = self._pass_native() if self.native is not None else self._pass_python()
         finally:
-            if not more:
+            self._burst += reads
+            if reads < self.pass_size:  # the backlog is read: this drain is over
                 self._last_burst, self._burst = self._burst, 0
             self._arm()
 
-    def _drain_native(self) -> None:
-        """``_drain`` with the system calls and the hot-path scan in C (``fastread``): the
-        same reads, stamps and decisions; what ``_scan`` would count is counted here."""
-        more = False
-        try:
-            recs = self.native.drain(self._ep.fileno())  # type: ignore[union-attr]
-            reads = len(recs) // fastread.FIELDS
-            self._burst += reads
-            more = reads == self.pass_size
-            if not reads:
-                return
-            fds, view, offset = self._fds, self.native.view, self.clock_offset  # type: ignore
-            now = _perf()
-            it = iter(recs)
-            for fd, off, length, ns, last in zip(it, it, it, it, it):
-                conn = fds.get(fd)
-                if conn is None:
-                    continue
-                if length <= 0:
-                    conn._lost(length)
-                    continue
-                t = now
-                if ns:
-                    t = ns * 1e-9 - offset
-                    if not now - 1.0 < t <= now:  # insane: use the pass's clock
-                        t = now
+    def _pass_python(self) -> int:
+        """One pass in Python; returns the sockets read."""
+        ready = self._ep.poll(0, self.pass_size)  # type: ignore[union-attr]
+        for fd, _ in ready:
+            conn = self._fds.get(fd)
+            if conn is not None:
                 try:
-                    if last >= 0 and conn.fast:
-                        conn._counted(last, view[off:off + length], t)
-                    else:
-                        conn.data_received(bytes(view[off:off + length]), t)
+                    conn._readable()
                 except Exception as err:  # noqa: BLE001 - see _broken
                     _broken(conn, err)
-        finally:
-            if not more:
-                self._last_burst, self._burst = self._burst, 0
-            self._arm()
+        return len(ready)
+
+    def _pass_native(self) -> int:
+        """One pass with the system calls and the hot-path scan in C (``fastread``): the
+        same reads, stamps and decisions as ``_pass_python``; returns the sockets read."""
+        recs = self.native.drain(self._ep.fileno())  # type: ignore[union-attr]
+        fds, view, offset = self._fds, self.native.view, self.clock_offset  # type: ignore
+        now = _perf()
+        it = iter(recs)
+        for fd, off, length, ns, last in zip(it, it, it, it, it):
+            conn = fds.get(fd)
+            if conn is None:
+                continue
+            if length <= 0:
+                conn._lost(length)
+                continue
+            t = now
+            if ns:
+                t = ns * 1e-9 - offset
+                if not now - 1.0 < t <= now:  # insane: use the pass's clock
+                    t = now
+            try:
+                if last >= 0 and conn.fast:
+                    conn._counted(last, view[off:off + length], t)
+                else:
+                    conn.data_received(bytes(view[off:off + length]), t)
+            except Exception as err:  # noqa: BLE001 - see _broken
+                _broken(conn, err)
+        return len(recs) // fastread.FIELDS
 
     async def _connect(self) -> Connection:
         loop = asyncio.get_running_loop()
