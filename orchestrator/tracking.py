@@ -98,6 +98,9 @@ class Tracker:
                 "label": result.config.label(), "hardware": result.hardware}
         if result.message:
             tags["message"] = result.message[:4000]
+        readers = sorted({lv.client.reader for lv in result.levels if lv.client is not None})
+        if readers:  # how the load generator read (one client per trial: one value)
+            tags["client.reader"] = ",".join(readers)
         for k, v in result.versions.items():
             tags[f"version.{k}"] = v
         run = self.client.create_run(self.experiment_id, run_name=result.config.label(),
@@ -123,7 +126,6 @@ class Tracker:
             if lv.client is not None:  # the client's self-check: can the level be trusted
                 metrics += [Metric("client_cpu_frac", lv.client.cpu_frac, now, c),
                             Metric("client_loop_lag_p99_ms", lv.client.loop_lag_p99_ms, now, c)]
-                self.client.log_batch(rid, tags=[RunTag("client.reader", lv.client.reader)])
             if lv.status == "valid":
                 valid_tputs.append(lv.metrics.output_tok_s)
             for tag in lv.flags:

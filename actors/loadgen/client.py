@@ -98,16 +98,21 @@ class StreamCounter:
         if i >= 0:
             m = _COMPLETION.search(data, i, end)
             if m is not None:
-                n = int(m.group(1))
-                k = n - self.last_usage
-                self.last_usage = n
-                rec = self.rec
-                rec.completion_tokens = n
-                if rec.prompt_tokens is None:
-                    p = _PROMPT.search(data, start, end)
-                    rec.prompt_tokens = int(p.group(1)) if p else None
-                return k if k > 0 else 0
+                return self.usage(int(m.group(1)), data, start, end)
         return self._slow_event(data[start:end] if start or end != len(data) else data)
+
+    def usage(self, n: int, data: bytes | memoryview, start: int = 0,
+              end: int | None = None) -> int:
+        """Per-chunk usage in ``data[start:end]`` (one event or several whole ones) said
+        ``completion_tokens: n``: records it and returns the tokens new since the last."""
+        k = n - self.last_usage
+        self.last_usage = n
+        rec = self.rec
+        rec.completion_tokens = n
+        if rec.prompt_tokens is None:
+            p = _PROMPT.search(data, start, len(data) if end is None else end)
+            rec.prompt_tokens = int(p.group(1)) if p else None
+        return k if k > 0 else 0
 
     def _slow_event(self, data: bytes) -> int:
         if data == DONE:

@@ -35,12 +35,12 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from actors.loadgen.client import _CHOICE, _PROMPT, StreamCounter
+from actors.loadgen.client import _CHOICE, StreamCounter
 
 if TYPE_CHECKING:
     from actors.loadgen.pool import ConnectionPool
 
-__all__ = ["Connection", "READ_SIZE"]
+__all__ = ["Connection", "READ_SIZE", "arrival"]
 
 _perf = time.perf_counter
 _HEAD, _BODY, _DONE = 0, 1, 2
@@ -52,6 +52,12 @@ _TS_SPACE = socket.CMSG_SPACE(16)
 _timespec = struct.Struct("qq").unpack_from
 _COMPLETION_KEY = b'"completion_tokens":'
 _DIGITS = re.compile(rb"\d+").match
+
+
+def arrival(stamp: float, now: float) -> float:
+    """A read's arrival time: the kernel's ``stamp`` (on the ``perf_counter`` clock) where it
+    is sane (before ``now``, when the read was done, and by less than a second), else ``now``."""
+    return stamp if now - 1.0 < stamp <= now else now
 
 
 def _scan(data: bytes) -> int:
@@ -150,9 +156,7 @@ class Connection:
             raw = anc[0][2]
             if len(raw) >= 16:
                 sec, nsec = _timespec(raw)
-                t = sec + nsec * 1e-9 - self.pool.clock_offset
-                if now - 1.0 < t <= now:  # sane: the kernel got it before we read it
-                    now = t
+                now = arrival(sec + nsec * 1e-9 - self.pool.clock_offset, now)
         self.data_received(data, now)
 
     def _lost(self, code: int, err: OSError | None = None) -> None:
@@ -166,18 +170,12 @@ class Connection:
         """``data`` was whole token events; the last said ``completion_tokens: last``."""
         prev, self.last_read = self.last_read, now
         counter = self.counter
-        got = last - counter.last_usage  # type: ignore[union-attr]
-        counter.last_usage = last  # type: ignore[union-attr]
-        rec = counter.rec  # type: ignore[union-attr]
-        rec.completion_tokens = last
-        if got > 0:
-            if rec.first_token is not None:  # the pool's running mean gap between a
-                pool = self.pool  # stream's tokens (it decides coalescing)
-                pool.token_gap += 0.01 * ((now - prev) / got - pool.token_gap)
+        got = counter.usage(last, data)  # type: ignore[union-attr]
+        if got:
+            if counter.rec.first_token is not None:  # type: ignore[union-attr]
+                pool = self.pool  # the running mean gap between a stream's tokens
+                pool.token_gap += 0.01 * ((now - prev) / got - pool.token_gap)  # (coalescing)
             counter._arrived(got, now)  # type: ignore[union-attr]
-        if rec.prompt_tokens is None:
-            m = _PROMPT.search(data)
-            rec.prompt_tokens = int(m.group(1)) if m else None
 
     @property
     def reusable(self) -> bool:

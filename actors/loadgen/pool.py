@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from actors.loadgen import fastread
 from actors.loadgen.client import StreamCounter
-from actors.loadgen.http1 import READ_SIZE, Connection
+from actors.loadgen.http1 import READ_SIZE, Connection, arrival
 from actors.loadgen.results import RequestRecord
 
 __all__ = ["ConnectionPool", "PASS_SIZE", "stream_request_lean"]
@@ -196,11 +196,7 @@ class ConnectionPool:
             if length <= 0:
                 conn._lost(length)
                 continue
-            t = now
-            if ns:
-                t = ns * 1e-9 - offset
-                if not now - 1.0 < t <= now:  # insane: use the pass's clock
-                    t = now
+            t = arrival(ns * 1e-9 - offset, now) if ns else now
             try:
                 if last >= 0 and conn.fast:
                     conn._counted(last, view[off:off + length], t)
