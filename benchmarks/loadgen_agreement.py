@@ -1,7 +1,7 @@
 """Agreement: our throughput and TTFT p50 vs the ``vllm bench serve`` CLI, back to back.
 
 Same server (the sim at time scale 1, real time; 8B on an H100, vLLM profile,
-no jitter), same workload (128 prompt tokens, 128 output tokens, closed loop at
+no jitter), same workload (128 prompt tokens, 64 output tokens, closed loop at
 16 streams, 256 requests), run as: ours, ``vllm bench serve``, ours. Neither
 client is near saturation (a few thousand tok/s). The server is pinned to core 0,
 both clients to core 1. Target: within 3% on output tok/s and TTFT p50; the two
@@ -10,6 +10,11 @@ runs of ours show the run-to-run noise of the server itself.
 Against the sim, each client's TTFT p50 is also set against the sim's own (handler entry
 to first token written, from ``/sim/trace`` and ``/sim/arrivals``): the difference is the
 client's own share of its TTFT. ``--rate R`` runs both open loop (Poisson arrivals).
+The vLLM client's TTFT is also split request by request (its saved ``start_times`` and
+the sim's clock are both CLOCK_MONOTONIC): its request path (clock start to the sim's
+handler entry), the sim, and its response path (first token written to its stamp).
+``--reference-trust-env off`` is a diagnostic: the same CLI with aiohttp's per-request
+netrc/proxy lookups (``trust_env=True``) turned off, to measure what they cost.
 
 ``vllm bench serve`` needs a tokenizer for its random dataset: a word-level one
 is built locally (no hub access), so that its text prompts are exactly as many
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shlex
 import statistics
 import subprocess
@@ -72,9 +78,31 @@ def ensure_tokenizer() -> Path:
     return d
 
 
+# Diagnostic only (``--reference-trust-env off``): ``vllm bench serve`` opens its aiohttp
+# session with ``trust_env=True``, which makes every request look up ~/.netrc and the proxy
+# variables in a worker thread (two thread hand-offs before the request is written, inside
+# its TTFT). This sitecustomize turns that off in its process, to measure what it costs;
+# the agreement target is always judged against the unmodified CLI.
+_NO_TRUST_ENV = """
+import aiohttp
+_init = aiohttp.ClientSession.__init__
+def _no_trust_env(self, *a, **kw):
+    kw["trust_env"] = False
+    _init(self, *a, **kw)
+aiohttp.ClientSession.__init__ = _no_trust_env
+"""
+
+
 def run_vllm_cli(url: str, tok: Path, streams: int, requests: int, prompt: int, output: int,
                  out_dir: Path, model: str = "m", cli: list[str] | None = None,
-                 rate: float | None = None) -> dict:
+                 rate: float | None = None, trust_env: bool = True) -> dict:
+    env = None
+    if not trust_env:
+        site = out_dir / "no-trust-env"
+        site.mkdir(parents=True, exist_ok=True)
+        (site / "sitecustomize.py").write_text(_NO_TRUST_ENV)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in (str(site), os.environ.get("PYTHONPATH")) if p))
     vllm = cli or [str(VLLM_PY.parent / "vllm")]
     argv = [*vllm, "bench", "serve", "--backend", "openai", "--base-url", url,
             "--endpoint", "/v1/completions", "--model", model, "--tokenizer", str(tok),
@@ -84,31 +112,55 @@ def run_vllm_cli(url: str, tok: Path, streams: int, requests: int, prompt: int, 
             "--request-rate", str(rate) if rate else "inf", "--burstiness", "1.0",
             "--seed", "1", "--ignore-eos", "--temperature", "0",
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
-            "--disable-tqdm", "--save-result", "--result-dir", str(out_dir),
+            "--disable-tqdm", "--save-result", "--save-detailed", "--result-dir", str(out_dir),
             "--result-filename", "loadgen_agreement_vllm.json"]
     res = subprocess.run(pinned(argv, "1"), cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, env=env)
     if res.returncode:
         raise RuntimeError(f"vllm bench serve failed:\n{res.stdout[-1500:]}\n"
                            f"{res.stderr[-1500:]}")
     return json.loads((out_dir / "loadgen_agreement_vllm.json").read_text())
 
 
-def sim_ttft_p50(url: str, since: list[float], output_tokens: int) -> float | None:
-    """The sim's own TTFT p50 (handler entry to first token written, ms) over the requests
-    of ``output_tokens`` tokens that arrived after ``since[0]`` (then moved on). Request ids
-    may repeat between runs: only writes after a request's latest arrival count."""
+def sim_first_writes(url: str, since: list[float], output_tokens: int
+                     ) -> dict[str, tuple[float, float]]:
+    """Per request id, (handler entry, first token written) on the sim's monotonic clock,
+    for the requests of ``output_tokens`` tokens that arrived after ``since[0]`` (then moved
+    on). Request ids may repeat between runs: only writes after a request's latest arrival
+    count."""
     with urllib.request.urlopen(url + "/sim/trace", timeout=30) as resp:
         trace = json.loads(resp.read())
     with urllib.request.urlopen(url + "/sim/arrivals", timeout=30) as resp:
         arrivals = json.loads(resp.read())
-    ttfts = []
+    out = {}
     for rid, t in arrivals.items():
         writes = [w for w in trace.get(rid, ()) if w >= t]
         if t > since[0] and len(writes) == output_tokens:
-            ttfts.append(1e3 * (writes[0] - t))
+            out[rid] = (t, writes[0])
     since[0] = max(arrivals.values(), default=since[0])
-    return statistics.median(ttfts) if ttfts else None
+    return out
+
+
+def reference_split(result: dict, sim: dict[str, tuple[float, float]]) -> dict | None:
+    """Where the vLLM client's TTFT goes, request by request (ms, medians): ``request``
+    from its clock start (before ``session.post``) to the sim's handler entry, ``server``
+    from there to the first token written, ``response`` from that write to the client's
+    first-token stamp. Its request ids are ``<prefix><index>`` and ``start_times`` its
+    ``time.perf_counter()``, the sim's ``time.monotonic()``: one clock on Linux."""
+    by_index = {int(rid.rsplit("-", 1)[1]): t for rid, t in sim.items()
+                if rid.startswith("bench-") and rid.rsplit("-", 1)[1].isdigit()}
+    parts: dict[str, list[float]] = {"request": [], "server": [], "response": []}
+    for i, (start, ttft) in enumerate(zip(result.get("start_times") or (),
+                                          result.get("ttfts") or (), strict=False)):
+        if i not in by_index or not ttft:
+            continue
+        arrived, first = by_index[i]
+        parts["request"].append(1e3 * (arrived - start))
+        parts["server"].append(1e3 * (first - arrived))
+        parts["response"].append(1e3 * (start + ttft - first))
+    if not parts["server"]:
+        return None
+    return {k: statistics.median(v) for k, v in parts.items()} | {"n": len(parts["server"])}
 
 
 def server_ttft_totals(url: str) -> tuple[float, float] | None:
@@ -148,6 +200,9 @@ def main() -> None:
                                         "word-level one built here, matching the sim)")
     ap.add_argument("--vllm-cli", help="command that runs the vllm CLI (default: "
                                        ".venv-vllm/bin/vllm)")
+    ap.add_argument("--reference-trust-env", choices=("on", "off"), default="on",
+                    help="off: a diagnostic run of vllm bench serve with aiohttp's per-request "
+                         "netrc/proxy lookups turned off (never used for the target)")
     args = ap.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     tok = Path(args.tokenizer) if args.tokenizer else ensure_tokenizer()
@@ -156,6 +211,7 @@ def main() -> None:
                     prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
                     rate=args.rate, vocab=args.vocab)
     server_ttft: dict[str, float | None] = {}
+    split: list[dict | None] = [None]
     rows = []
     with contextlib.ExitStack() as stack:
         if args.url:
@@ -168,9 +224,15 @@ def main() -> None:
 
         last = [server_ttft_totals(srv["url"]) if args.url else None]
 
-        def after(name: str) -> None:  # the server's own TTFT for the run just done
+        def after(name: str, result: dict | None = None) -> None:
+            """The server's own TTFT for the run just done (and, for the vLLM client's
+            run against the sim, where its TTFT went)."""
             if not args.url:  # the sim: p50 from its trace
-                server_ttft[name] = sim_ttft_p50(srv["url"], since, args.output_tokens)
+                firsts = sim_first_writes(srv["url"], since, args.output_tokens)
+                server_ttft[name] = (statistics.median(1e3 * (w - t) for t, w in
+                                                       firsts.values()) if firsts else None)
+                if result is not None:
+                    split[0] = reference_split(result, firsts)
                 return
             now = server_ttft_totals(srv["url"])  # vLLM: the mean from its histogram
             if now is not None and last[0] is not None and now[1] > last[0][1]:
@@ -180,8 +242,9 @@ def main() -> None:
         a = run_ours(srv["url"], cpus="1", **ours_cfg)
         after("ours (before)")
         v = run_vllm_cli(srv["url"], tok, args.streams, args.requests, args.prompt_tokens,
-                         args.output_tokens, RESULTS, args.model, cli, args.rate)
-        after("vllm bench serve")
+                         args.output_tokens, RESULTS, args.model, cli, args.rate,
+                         trust_env=args.reference_trust_env == "on")
+        after("vllm bench serve", v)
         b = run_ours(srv["url"], cpus="1", **ours_cfg)
         after("ours (after)")
         # our aiohttp transport stamps like the vLLM client does (in user space, after
@@ -228,13 +291,22 @@ def main() -> None:
     ok = abs(diff_tok) <= 0.03 and abs(diff_ttft) <= 0.03
     print(f"target within 3%: {'met' if ok else 'NOT met'}; ours with the aiohttp transport vs "
           f"vllm: TTFT p50 {h['ttft_p50_ms'] / v['median_ttft_ms'] - 1:+.2%}")
+    if split[0]:
+        print("vllm bench serve's TTFT, request by request (medians, {n} requests): "
+              "{request:.2f} ms from its clock start to the sim's handler entry, {server:.2f} "
+              "ms in the sim, {response:.2f} ms from the first token written to its "
+              "stamp".format(**split[0]))
     mode = f"c{args.streams}" + (f"-rate{args.rate:g}" if args.rate else "")
+    if args.reference_trust_env == "off":
+        print("(diagnostic: vllm bench serve ran with trust_env off; not a test of the target)")
+        mode += "-no-trust-env"
     path = save(f"loadgen_agreement-{mode}", {"machine": machine_note(),
                                                         "args": vars(args),
                                       "rows": rows, "throughput_diff": diff_tok,
                                       "ttft_p50_diff_aiohttp": h["ttft_p50_ms"]
                                       / v["median_ttft_ms"] - 1,
-                                      "ttft_p50_diff": diff_ttft, "target_met": ok})
+                                      "ttft_p50_diff": diff_ttft, "target_met": ok,
+                                      "vllm_ttft_split_ms": split[0]})
     print(f"wrote {path}")
 
 

@@ -4,7 +4,8 @@
 # at 16 streams and at 1 stream, on the random 8B model. Results JSON and logs go to $OUT.
 # With --url the benchmark also reads vLLM's own TTFT (its /metrics histogram: mean) per run.
 #   usage: bash deploy/h200/agreement.sh ["ARGS" ...]   (after device_setup.sh stash of the
-#          payload; each ARGS is one benchmark run's options, default: 16 streams, 1 stream)
+#          payload; each ARGS is one benchmark run's options, default: 16 streams, 1 stream;
+#          MAX_MODEL_LEN=8192 for prompts over ~1,900 tokens)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 bash "$HERE/device_setup.sh" install || exit 1
@@ -14,7 +15,7 @@ if [ -f /tmp/model.pid ]; then while kill -0 "$(cat /tmp/model.pid)" 2>/dev/null
 URL=http://127.0.0.1:8000 LOG=/tmp/vllm-agreement.log
 up() { python3 -c "import urllib.request as u; u.urlopen('$1', timeout=2)" 2>/dev/null; }
 setsid python3 -m vllm.entrypoints.cli.main serve /tmp/model --host 127.0.0.1 --port 8000 \
-  --max-model-len 2048 --max-num-seqs 256 >"$LOG" 2>&1 </dev/null &
+  --max-model-len "${MAX_MODEL_LEN:-2048}" --max-num-seqs 256 >"$LOG" 2>&1 </dev/null &
 PID=$!
 for ((i = 0; i < 400; i++)); do up "$URL/health" && break; kill -0 $PID 2>/dev/null || break; sleep 1; done
 up "$URL/health" || { tail -n 60 "$LOG"; kill -KILL -- -$PID; exit 1; }
