@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import shlex
 import statistics
 import subprocess
@@ -103,6 +104,9 @@ def run_vllm_cli(url: str, tok: Path, streams: int, requests: int, prompt: int, 
         (site / "sitecustomize.py").write_text(_NO_TRUST_ENV)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             p for p in (str(site), os.environ.get("PYTHONPATH")) if p))
+    # a fresh seed: its random dataset would repeat an earlier run's prompts, which a
+    # real server with prefix caching then answers from its cache (ours draws a nonce)
+    seed = random.SystemRandom().randrange(1, 2**31)
     vllm = cli or [str(VLLM_PY.parent / "vllm")]
     argv = [*vllm, "bench", "serve", "--backend", "openai", "--base-url", url,
             "--endpoint", "/v1/completions", "--model", model, "--tokenizer", str(tok),
@@ -110,7 +114,7 @@ def run_vllm_cli(url: str, tok: Path, streams: int, requests: int, prompt: int, 
             "--random-output-len", str(output), "--random-range-ratio", "0",
             "--num-prompts", str(requests), "--max-concurrency", str(streams),
             "--request-rate", str(rate) if rate else "inf", "--burstiness", "1.0",
-            "--seed", "1", "--ignore-eos", "--temperature", "0",
+            "--seed", str(seed), "--ignore-eos", "--temperature", "0",
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
             "--disable-tqdm", "--save-result", "--save-detailed", "--result-dir", str(out_dir),
             "--result-filename", "loadgen_agreement_vllm.json"]

@@ -2,8 +2,11 @@
 
 For ``/v1/completions`` a prompt is a list of token ids (the OpenAI API accepts
 it), so no detokenise/retokenise round trip can change its length. The first
-tokens encode the request's index, so no two requests share a prefix (prefix
-caching cannot inflate results) unless ``shared_prefix`` asks for one.
+tokens encode the request's index and a per-factory nonce, so no two requests
+share a prefix (prefix caching cannot inflate results) unless ``shared_prefix``
+asks for one: not within a run, and not across runs against one server either
+(trials against an ``external`` endpoint, benchmark runs back to back), which a
+fixed seed alone would repeat prompt for prompt.
 """
 
 from __future__ import annotations
@@ -45,32 +48,38 @@ def usable_token_ids(vocab_size: int, tokenizer_dir: str | None = None) -> list[
 
 
 class PromptFactory:
-    """Builds token-id prompts of ``length`` tokens; ``shared_prefix`` tokens common to all."""
+    """Builds token-id prompts of ``length`` tokens; ``shared_prefix`` tokens common to all.
+
+    ``nonce`` (default: drawn at random) enters every prompt, the shared prefix included:
+    two factories with the same seed and different nonces never build a common prompt
+    prefix; the same seed and nonce rebuild the same prompts exactly."""
 
     def __init__(self, ids: list[int], length: int, shared_prefix: int = 0, seed: int = 0,
-                 tokenizer: Any | None = None):
+                 tokenizer: Any | None = None, nonce: int | None = None):
         if len(ids) < 2:
             raise ValueError("need at least two usable token ids")
         self.ids, self.length, self.shared_prefix = ids, length, shared_prefix
-        rng = random.Random(seed)
+        self.nonce = random.SystemRandom().getrandbits(32) if nonce is None else nonce
+        self._seed = f"{seed}-{self.nonce}"
+        rng = random.Random(self._seed)
         self._prefix = [rng.choice(ids) for _ in range(shared_prefix)]
-        self._seed = seed
         self.tokenizer = tokenizer
 
-    def _unique_head(self, index: int) -> list[int]:
-        base = len(self.ids)
-        head = []
-        n = index
-        for _ in range(4):  # base-|vocab| digits of the index: distinct for 4096^4 requests
-            head.append(self.ids[n % base])
+    def _digits(self, n: int, count: int) -> list[int]:
+        """``count`` base-|ids| digits of ``n`` as token ids."""
+        base, out = len(self.ids), []
+        for _ in range(count):
+            out.append(self.ids[n % base])
             n //= base
-        return head
+        return out
 
     def make(self, index: int, salt: int = 0) -> list[int]:
         """The prompt of request ``index`` (``salt`` separates levels and rounds)."""
         rng = random.Random(f"{self._seed}-{salt}-{index}")
         body_len = self.length - self.shared_prefix
-        head = self._unique_head(index + salt * 1_000_003)[:body_len]
+        # the index (distinct for |ids|^4 requests), then the nonce (another run's prompts)
+        head = (self._digits(index + salt * 1_000_003, 4) + self._digits(self.nonce, 4))
+        head = head[:body_len]
         tail = [rng.choice(self.ids) for _ in range(body_len - len(head))]
         return self._prefix + head + tail
 
@@ -81,7 +90,8 @@ class PromptFactory:
         if self.tokenizer is not None:
             return self._sized_text(self.make(index, salt))
         rng = random.Random(f"{self._seed}-{salt}-{index}-t")
-        words = [f"r{salt}x{index}"] + [rng.choice(_WORDS) for _ in range(self.length - 1)]
+        words = [f"r{self.nonce}x{salt}x{index}"] + [rng.choice(_WORDS)
+                                                     for _ in range(self.length - 1)]
         return " ".join(words)
 
 

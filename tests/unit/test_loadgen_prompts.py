@@ -37,6 +37,24 @@ def test_token_id_prompts_have_exact_length_and_distinct_heads():
     assert f.make(5, salt=3) == prompts[5]  # deterministic
 
 
+def test_prompts_of_another_run_share_no_prefix():
+    """Two runs with the same seed against one server (trials of an ``external`` endpoint,
+    benchmark runs back to back) must not hit each other's prefix cache: every prompt of one
+    differs from every prompt of the other within its first 8 tokens (the shared prefix,
+    asked for, aside); a given nonce rebuilds its run's prompts exactly."""
+    ids = list(range(100, 200))
+    a, b = (PromptFactory(ids, 64, seed=7) for _ in range(2))
+    assert a.nonce != b.nonce
+    heads_a = {tuple(a.make(i, salt=s)[:8]) for i in range(200) for s in (0, 1)}
+    heads_b = {tuple(b.make(i, salt=s)[:8]) for i in range(200) for s in (0, 1)}
+    assert len(heads_a) == 400 and not heads_a & heads_b
+    again = PromptFactory(ids, 64, seed=7, nonce=a.nonce)
+    assert [again.make(i, 1) for i in range(20)] == [a.make(i, 1) for i in range(20)]
+    shared = [PromptFactory(ids, 64, shared_prefix=16, seed=7) for _ in range(2)]
+    assert shared[0].make(0)[:16] != shared[1].make(0)[:16]  # nor the shared prefix
+    assert a.make_text(3, 1) != b.make_text(3, 1)
+
+
 def test_chat_text_without_tokenizer_is_counted_in_words():
     f = PromptFactory(list(range(100, 200)), 40, seed=0)
     assert len(f.make_text(7, 1).split()) == 40
