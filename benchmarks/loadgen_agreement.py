@@ -300,7 +300,8 @@ def main() -> None:
               "{request:.2f} ms from its clock start to the sim's handler entry, {server:.2f} "
               "ms in the sim, {response:.2f} ms from the first token written to its "
               "stamp".format(**split[0]))
-    mode = f"c{args.streams}" + (f"-rate{args.rate:g}" if args.rate else "")
+    mode = (f"c{args.streams}" + (f"-p{args.prompt_tokens}" if args.prompt_tokens != 128 else "")
+            + (f"-rate{args.rate:g}" if args.rate else ""))
     if args.reference_trust_env == "off":
         print("(diagnostic: vllm bench serve ran with trust_env off; not a test of the target)")
         mode += "-no-trust-env"
