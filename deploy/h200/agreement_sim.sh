@@ -8,12 +8,7 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 bash "$HERE/device_setup.sh" install || exit 1
-source "$HERE/device_setup.sh" env
-export PYTHONPATH=$PWD:$PYTHONPATH
-SERVESWEEP_VLLM_PY=$(command -v python3)
-export SERVESWEEP_VLLM_PY
-lscpu | grep -E "^Model name|^CPU\(s\)" || true
-python3 -c "import aiohttp; print('aiohttp', aiohttp.__version__)"
+source "$HERE/device_setup.sh" bench
 [ $# -gt 0 ] || set -- "--streams 1 --requests 64" "--streams 16"
 for args in "$@"; do
   # shellcheck disable=SC2086

@@ -9,11 +9,7 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 bash "$HERE/device_setup.sh" install || exit 1
-source "$HERE/device_setup.sh" env
-export PYTHONPATH=$PWD:$PYTHONPATH
-SERVESWEEP_VLLM_PY=$(command -v python3)
-export SERVESWEEP_VLLM_PY
-lscpu | grep -E "^Model name|^CPU\(s\)|^Thread|^NUMA node0" || true
+source "$HERE/device_setup.sh" bench
 [ $# -gt 0 ] || set -- "--steps 2,3,4,5,6,8,10,12.5,16,20" "--streams 64 --steps 1,1.5,2,3,4,5"
 for args in "$@"; do
   # shellcheck disable=SC2086
