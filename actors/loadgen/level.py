@@ -4,25 +4,19 @@ Closed loop: exactly C requests in flight; each worker starts its next request
 when one ends, until the round's request count is issued. Open loop
 (``request_rate``): Poisson arrivals, at most C in flight.
 
-Shards: one event loop streams only so many tokens per second (one core). With
-``shards`` > 1 the level's streams, requests and arrival rate are split over that
-many processes on this node (spawned per level), each with its own loop and
-connections. Shards start every round together (a barrier) and stop together when
-any saw an error; a round's wall time runs from the first shard's start to the
-last shard's end. The client self-check takes the worst shard.
+Shards: with ``shards`` > 1 the level's streams, requests and arrival rate are split
+over that many processes on this node (``shards``: spawned per level, each with its own
+loop and connections, in step at every round). A round's wall time runs from the first
+shard's start to the last shard's end; the client self-check takes the worst shard.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import multiprocessing
 import random
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -39,6 +33,8 @@ from actors.loadgen.client import build_body, stream_request
 from actors.loadgen.pool import PASS_SIZE, ConnectionPool, stream_request_lean
 from actors.loadgen.prompts import PromptFactory
 from actors.loadgen.results import ClientHealth, LevelResult, RequestRecord
+from actors.loadgen.selfcheck import LagMonitor, cpu_seconds
+from actors.loadgen.shards import ShardOutcome, Sync, run_sharded, share
 from actors.loadgen.stats import percentile
 from orchestrator.spec import Workload
 
@@ -48,80 +44,6 @@ __all__ = ["LevelRunner", "aggregate_level", "counts_match", "CHAT_TEMPLATE_MAX_
 #: Client transports: ``lean`` (``pool``, ``http1``: raw sockets read from one epoll set, the
 #: faster) and ``aiohttp``.
 TRANSPORTS = ("lean", "aiohttp")
-
-
-def _cpu_seconds() -> float:
-    """CPU time of the thread running the event loop: the one resource a client saturates
-    (a Ray worker's other threads are not the client's bottleneck)."""
-    return time.thread_time()
-
-
-class _LagMonitor:
-    """Measures event-loop lag: how late a 5 ms sleep wakes up. Work the client does on
-    purpose between rounds (``paused``) is not lag: a sleep spanning it is not counted."""
-
-    def __init__(self) -> None:
-        self.lags: list[float] = []
-        self._task: asyncio.Task | None = None
-        self._epoch = 0
-
-    async def _run(self) -> None:
-        while True:
-            epoch, t = self._epoch, time.perf_counter()
-            await asyncio.sleep(0.005)
-            if epoch == self._epoch:
-                self.lags.append(time.perf_counter() - t - 0.005)
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        try:
-            yield
-        finally:
-            self._epoch += 1
-
-    def __enter__(self) -> _LagMonitor:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._task:
-            self._task.cancel()
-
-
-@dataclass
-class ShardOutcome:
-    """What one shard measured; ``rounds`` are (round, start, end) in perf_counter seconds
-    (CLOCK_MONOTONIC: comparable across processes of one host)."""
-
-    records: list[RequestRecord] = field(default_factory=list)
-    rounds: list[tuple[int, float, float]] = field(default_factory=list)
-    lags: list[float] = field(default_factory=list)
-    cpu_s: float = 0.0
-    busy_s: float = 0.0
-    error: str = ""
-    reader: str = "python"  # ClientHealth.reader
-
-
-class _Sync:
-    """Keeps shards in step: a barrier at every round boundary and a shared stop flag."""
-
-    def __init__(self, barrier: Any, flag: Any, timeout: float):
-        self.barrier, self.flag, self.timeout = barrier, flag, timeout
-
-    async def agree(self, stop: bool) -> bool:
-        """Wait for every shard; True if any of them wants to stop (or one is gone)."""
-        if stop:
-            self.flag.value = 1
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, self.barrier.wait,
-                                                             self.timeout)
-        except threading.BrokenBarrierError:
-            return True
-        return bool(self.flag.value)
-
-
-def _share(total: int, k: int, shards: int) -> int:
-    return total // shards + (1 if k < total % shards else 0)
 
 
 class LevelRunner:
@@ -255,13 +177,13 @@ class LevelRunner:
 
     # -- one shard --------------------------------------------------------------------------
     async def run_shard(self, concurrency: int, level: int, shard: int = 0, shards: int = 1,
-                        sync: _Sync | None = None, out: ShardOutcome | None = None
+                        sync: Sync | None = None, out: ShardOutcome | None = None
                         ) -> ShardOutcome:
         """This process's share of a level: open connections, warm up (discarded unless it
         fails), then the measured rounds."""
         w = self.workload
         res = out if out is not None else ShardOutcome()
-        c = _share(concurrency, shard, shards)
+        c = share(concurrency, shard, shards)
         rate = w.request_rate / shards if w.request_rate else None
         n = w.requests_for(concurrency)
         # everything alive now (a Ray worker holds a lot) is moved out of the collector's
@@ -274,15 +196,15 @@ class LevelRunner:
             gc.unfreeze()
 
     async def _shard(self, c: int, rounds: int, rate: float | None, n: int, level: int,
-                     shard: int, shards: int, sync: _Sync | None, res: ShardOutcome
+                     shard: int, shards: int, sync: Sync | None, res: ShardOutcome
                      ) -> ShardOutcome:
         w = self.workload
         async with self._session(c) as session:
             res.reader = ("aiohttp" if not isinstance(session, ConnectionPool)
                           else "native" if session.native is not None else "python")
-            with _LagMonitor() as lag:
+            with LagMonitor() as lag:
                 res.lags = lag.lags
-                cpu0, t0 = _cpu_seconds(), time.perf_counter()
+                cpu0, t0 = cpu_seconds(), time.perf_counter()
                 try:
                     warm = await self._open_connections(session, c, level, shard)
                     if w.warmup_requests:
@@ -295,7 +217,7 @@ class LevelRunner:
                         res.records.extend(failed)
                     # the self-check covers the measured rounds, not connecting and warming up
                     lag.lags.clear()
-                    cpu0, t0 = _cpu_seconds(), time.perf_counter()
+                    cpu0, t0 = cpu_seconds(), time.perf_counter()
                     for rnd in range(0 if stop else rounds):
                         mine = list(range(shard, n, shards))
                         with lag.paused():  # built before the round's clock starts
@@ -308,7 +230,7 @@ class LevelRunner:
                         if await sync.agree(bad) if sync else bad:
                             break  # errors invalidate the level: stop hammering a broken server
                 finally:
-                    res.cpu_s = _cpu_seconds() - cpu0
+                    res.cpu_s = cpu_seconds() - cpu0
                     res.busy_s = time.perf_counter() - t0
         return res
 
@@ -327,33 +249,6 @@ class LevelRunner:
                 pass
             await asyncio.sleep(0.25)
 
-    async def _run_sharded(self, concurrency: int, level: int, shards: int,
-                           outs: list[ShardOutcome]) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        barrier = ctx.Barrier(shards)
-        flag = ctx.Value("i", 0)
-        procs, readers = [], []
-        for k in range(shards):
-            reader, writer = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_shard_main, daemon=True, name=f"loadgen-shard-{k}",
-                            args=(self._init, concurrency, level, k, shards, barrier, flag,
-                                  writer, self.workload.level_timeout_s))
-            p.start()
-            writer.close()
-            procs.append(p)
-            readers.append(reader)
-        loop = asyncio.get_running_loop()
-        try:
-            got = await asyncio.gather(*(loop.run_in_executor(None, _recv, r) for r in readers))
-            outs.extend(got)
-        finally:
-            for p in procs:
-                if p.is_alive():
-                    p.kill()
-                p.join(5)
-            for r in readers:
-                r.close()
-
     async def run_level(self, concurrency: int, level_index: int = 0) -> LevelResult:
         w = self.workload
         shards = max(1, min(self.shards, concurrency))
@@ -368,7 +263,8 @@ class LevelRunner:
                     outs.append(ShardOutcome())
                     work = self.run_shard(concurrency, level_index, out=outs[0])
                 else:
-                    work = self._run_sharded(concurrency, level_index, shards, outs)
+                    work = run_sharded(self._init, concurrency, level_index, shards,
+                                       w.level_timeout_s, outs)
                 await asyncio.wait_for(work, timeout=w.level_timeout_s)
             except asyncio.TimeoutError:
                 timed_out = True
@@ -399,24 +295,3 @@ class LevelRunner:
         result = aggregate_level(concurrency, w, records, rounds, samples, health,
                                  self.time_scale)
         return result.model_copy(update={"wall_s": time.perf_counter() - t_wall})
-
-
-def _recv(reader: Any) -> ShardOutcome:
-    try:
-        return reader.recv()
-    except EOFError:
-        return ShardOutcome(error="shard process exited without a result")
-
-
-def _shard_main(init: dict[str, Any], concurrency: int, level: int, shard: int, shards: int,
-                barrier: Any, flag: Any, writer: Any, timeout: float) -> None:
-    """Entry point of a shard process: run its share, send back a ``ShardOutcome``."""
-    try:
-        runner = LevelRunner(**init)
-        out = asyncio.run(runner.run_shard(concurrency, level, shard, shards,
-                                           _Sync(barrier, flag, timeout)))
-    except BaseException as err:  # noqa: BLE001 - reported to the parent, never lost
-        barrier.abort()
-        out = ShardOutcome(error=f"shard {shard}: {type(err).__name__}: {err}")
-    writer.send(out)
-    writer.close()
