@@ -151,8 +151,8 @@ def reference_split(result: dict, sim: dict[str, tuple[float, float]]) -> dict |
     from there to the first token written, ``response`` from that write to the client's
     first-token stamp. Its request ids are ``<prefix><index>`` and ``start_times`` its
     ``time.perf_counter()``, the sim's ``time.monotonic()``: one clock on Linux."""
-    by_index = {int(rid.rsplit("-", 1)[1]): t for rid, t in sim.items()
-                if rid.startswith("bench-") and rid.rsplit("-", 1)[1].isdigit()}
+    by_index = {int(tail): t for rid, t in sim.items()
+                if rid.startswith("bench-") and (tail := rid.rsplit("-", 1)[1]).isdigit()}
     parts: dict[str, list[float]] = {"request": [], "server": [], "response": []}
     for i, (start, ttft) in enumerate(zip(result.get("start_times") or (),
                                           result.get("ttfts") or (), strict=False)):

@@ -63,6 +63,7 @@ class PromptFactory:
         self._seed = f"{seed}-{self.nonce}"
         rng = random.Random(self._seed)
         self._prefix = [rng.choice(ids) for _ in range(shared_prefix)]
+        self._nonce_digits = self._digits(self.nonce, 4)  # the same in every prompt
         self.tokenizer = tokenizer
 
     def _digits(self, n: int, count: int) -> list[int]:
@@ -78,8 +79,7 @@ class PromptFactory:
         rng = random.Random(f"{self._seed}-{salt}-{index}")
         body_len = self.length - self.shared_prefix
         # the index (distinct for |ids|^4 requests), then the nonce (another run's prompts)
-        head = (self._digits(index + salt * 1_000_003, 4) + self._digits(self.nonce, 4))
-        head = head[:body_len]
+        head = (self._digits(index + salt * 1_000_003, 4) + self._nonce_digits)[:body_len]
         tail = [rng.choice(self.ids) for _ in range(body_len - len(head))]
         return self._prefix + head + tail
 
