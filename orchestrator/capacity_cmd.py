@@ -5,6 +5,10 @@ the sweep does (DESIGN.md measurement rule 6, ``orchestrator.capacity``):
 pool in tokens and blocks, blocks per request, and by the engine's admission
 policy how many requests run and wait (no-evict) or the full-length capacity
 above which preemption is expected (preempting), with the log lines it used.
+First of all it checks that one request (prompt + output) fits the server's max model
+length (vLLM's ``max_seq_len`` in its engine config line, TensorRT-LLM's ``max_seq_len``
+in its executor limits line): when it does not, the server rejects every request, and
+the report says so (``rejects_requests``) instead of predicting a queue.
 
 vLLM logs its pool in tokens only; the block size comes from ``--block-size``,
 a saved ``/metrics`` scrape (``--metrics``, label ``vllm:cache_config_info``),
@@ -28,7 +32,7 @@ from typing import Any, NamedTuple
 from actors.engines.base import LogEvent
 from actors.engines.trtllm_log import parse_trtllm_line
 from actors.engines.vllm_log import parse_vllm_line, parse_vllm_metrics, pool_blocks
-from orchestrator.capacity import LevelPrediction, predict_level
+from orchestrator.capacity import LevelPrediction, length_rejection, predict_level
 from orchestrator.errors import EXIT_OK, UsageError
 
 __all__ = ["CapacityReport", "add_parser", "cmd_capacity", "explain_log", "render_text"]
@@ -55,6 +59,9 @@ class CapacityReport:
     blocks_per_request: int
     full_length_capacity: int
     max_num_seqs: int | None
+    max_model_len: int | None = None  # the server's longest request (prompt + output)
+    max_model_len_source: str | None = None
+    rejects_requests: bool = False  # prompt + output > max_model_len: nothing runs
     levels: list[dict[str, Any]] = field(default_factory=list)
     engine_estimate: str | None = None
     lines: list[dict[str, Any]] = field(default_factory=list)  # {"line": n, "text": ...}
@@ -213,6 +220,29 @@ def _trtllm_pool(events: list[tuple[int, LogEvent]], block_size: int | None,
     return _Pool(tokens, blocks, blocks, block_size, source)
 
 
+def _max_model_len(engine: str, events: list[tuple[int, LogEvent]],
+                   used: dict[int, str]) -> tuple[int | None, str | None]:
+    """The server's max model length and where the log states it, or (None, None).
+
+    vLLM: ``max_seq_len`` of the engine config line (what the engine applied), else the
+    non-default ``max_model_len`` argument, else "Maximum concurrency for N tokens per
+    request". TensorRT-LLM: ``max_seq_len`` of the last executor limits line (the dry
+    run's comes first and is clamped to its small pool)."""
+    if engine == "vllm":
+        found = [(_last(events, "engine_config"), "max_seq_len",
+                  "max_seq_len in the engine config line"),
+                 (_last(events, "args"), "max_model_len", "max_model_len in the non-default args"),
+                 (_last(events, "max_concurrency"), "len",
+                  "'Maximum concurrency for N tokens per request'")]
+    else:
+        found = [(_last(events, "limits"), "max_seq_len", "max_seq_len in the executor limits")]
+    for hit, key, source in found:
+        if hit is not None and key in hit[1].data:
+            used[hit[0]] = hit[1].line
+            return int(hit[1].data[key]), source
+    return None, None
+
+
 def explain_log(engine: str, text: str, prompt_tokens: int, output_tokens: int,
                 concurrency: list[int], block_size: int | None = None,
                 metrics: str | None = None, policy: str | None = None,
@@ -243,9 +273,16 @@ def explain_log(engine: str, text: str, prompt_tokens: int, output_tokens: int,
         notes.append("the log does not state max_num_seqs / max_batch_size: no limit applied")
     usable, bs = pool.usable, pool.block_size
     pol = policy or POLICIES[engine]
+    max_len, max_len_source = _max_model_len(engine, events, used)
+    rejection = length_rejection(prompt_tokens, output_tokens, max_len)
+    if rejection:
+        notes.insert(0, rejection)
+    elif max_len is None:
+        notes.append("the log does not state the max model length: not checked that a "
+                     "request fits it")
     preds: list[LevelPrediction] = [
         predict_level(pol, usable, bs, prompt_tokens, output_tokens, c,
-                      int(max_seqs) if max_seqs else None) for c in concurrency]
+                      int(max_seqs) if max_seqs else None, max_len) for c in concurrency]
     first = preds[0]
     if first.full_length_capacity == 0:
         notes.append(f"one {prompt_tokens + output_tokens}-token request needs "
@@ -258,6 +295,8 @@ def explain_log(engine: str, text: str, prompt_tokens: int, output_tokens: int,
         blocks_per_request=first.blocks_per_request,
         full_length_capacity=first.full_length_capacity,
         max_num_seqs=int(max_seqs) if max_seqs else None,
+        max_model_len=max_len, max_model_len_source=max_len_source,
+        rejects_requests=first.rejects_requests,
         levels=[_level(p, usable, bs, prompt_tokens) for p in preds],
         engine_estimate=est_text,
         lines=[{"line": n, "text": used[n].strip()} for n in sorted(used)], notes=notes)
@@ -265,9 +304,14 @@ def explain_log(engine: str, text: str, prompt_tokens: int, output_tokens: int,
 
 def _level(p: LevelPrediction, usable: int, block_size: int, prompt_tokens: int) -> dict:
     """One level as data plus a sentence. Preempting: running/waiting are at admission."""
+    if p.rejects_requests:
+        return {"concurrency": p.concurrency, "running": 0, "waiting": 0,
+                "preemption_expected": False, "rejected": True,
+                "summary": f"every request rejected ({p.request_tokens:,} tokens exceed the max "
+                           f"model length of {p.max_model_len:,}): nothing runs"}
     if p.policy == "guaranteed_no_evict":
         return {"concurrency": p.concurrency, "running": p.running, "waiting": p.waiting,
-                "preemption_expected": False,
+                "preemption_expected": False, "rejected": False,
                 "summary": f"{p.running} run at once, {p.waiting} wait (a request is admitted "
                            "only when its whole length fits)"}
     prompt_blocks = max(1, math.ceil(prompt_tokens / block_size))
@@ -281,7 +325,7 @@ def _level(p: LevelPrediction, usable: int, block_size: int, prompt_tokens: int)
         tail = f"; within the full-length capacity of {p.full_length_capacity}: no preemption"
     return {"concurrency": p.concurrency, "running": running,
             "waiting": p.concurrency - running, "preemption_expected": p.preemption_expected,
-            "summary": head + tail}
+            "rejected": False, "summary": head + tail}
 
 
 def render_text(r: CapacityReport) -> str:
@@ -296,6 +340,7 @@ def render_text(r: CapacityReport) -> str:
         out.append(f"                {r.usable_blocks:,} blocks usable")
     out += [f"  per request:  {r.prompt_tokens} + {r.output_tokens} = "
             f"{r.prompt_tokens + r.output_tokens} tokens -> {r.blocks_per_request} blocks",
+            f"  max length:   {_max_len_text(r)}",
             f"  full length:  {r.full_length_capacity:,} request(s) fit at once",
             f"  max_num_seqs: {r.max_num_seqs if r.max_num_seqs is not None else 'not in the log'}"]
     for lv in r.levels:
@@ -306,6 +351,15 @@ def render_text(r: CapacityReport) -> str:
     out.append("log lines used:")
     out += [f"  {ln['line']:>6}: {ln['text'][:200]}" for ln in r.lines]
     return "\n".join(out)
+
+
+def _max_len_text(r: CapacityReport) -> str:
+    if r.max_model_len is None:
+        return "not in the log (not checked)"
+    total = r.prompt_tokens + r.output_tokens
+    verdict = (f"a {total:,}-token request is longer: REJECTED" if r.rejects_requests else
+               f"a {total:,}-token request fits")
+    return f"{r.max_model_len:,} tokens ({r.max_model_len_source}): {verdict}"
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:

@@ -68,16 +68,30 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _nothing_to_run(spec_name: str, planned: list) -> int:
+    """Say why no trial of the spec can run; exit 0 (pruning is a result, not an error)."""
+    _print(f"{spec_name}: nothing to run: all {len(planned)} trial(s) are infeasible, so no "
+           "sweep was started (no Ray, no MLflow run, no sweep folder)")
+    for p in planned:
+        _print(f"  infeasible {p.config.label()}  [{p.config.key()}]: {p.reason}")
+    return EXIT_OK
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    """Run a sweep. Bad input exits 2 and a spec whose every trial is infeasible exits 0,
+    both before anything is created (no Ray, no MLflow store, no sweep folder)."""
     from orchestrator.ledger import Ledger, state_root
     from orchestrator.spec import load_spec
 
     spec = load_spec(args.spec)  # bad input fails here, before anything is created
     from orchestrator.plan import plan_sweep
+
+    planned = plan_sweep(spec)
+    if not any(p.feasible for p in planned):  # the cluster's node sizes only prune more
+        return _nothing_to_run(spec.name, planned)
     from orchestrator.runner import execute, reap_orphans
     from orchestrator.tracking import Tracker
 
-    planned = plan_sweep(spec)
     root = state_root()
     for sweep_id in reap_orphans(root):
         _print(f"stopped engines left running by sweep {sweep_id} (its driver is gone)")

@@ -69,6 +69,8 @@ class Progress:
                 pool = (f" · KV pool {cap.pool_blocks:,} blocks of {cap.block_size}"
                         f" ({cap.full_length_capacity} full-length requests)")
             self.say(f"         ready in {data.get('startup_s') or 0:.1f} s{pool}")
+            if cap is not None and cap.rejects_requests:
+                self.say(f"         warning: {cap.note}")
         elif kind == "level":
             self.say(f"         {level_line(data['level'])}")
 

@@ -41,6 +41,9 @@ class Capacity(BaseModel):
     pool_blocks: int | None = None
     blocks_per_request: int | None = None
     full_length_capacity: int | None = None  # requests that fit at full length
+    max_model_len: int | None = None  # the server's longest request (log, else the config)
+    rejects_requests: bool = False  # prompt + output > max_model_len: every request refused
+    note: str = ""  # why, when ``rejects_requests``
     sources: list[str] = Field(default_factory=list)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.exceptions import GetTimeoutError, RayError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -26,7 +26,13 @@ from actors.loadgen.actor import LoadGenerator
 from actors.loadgen.results import LevelResult
 from actors.procs import reap
 from actors.sim.shapes import ModelShape
-from orchestrator.capacity import LevelPrediction, check_observation, predict_level
+from orchestrator.capacity import (
+    LevelPrediction,
+    check_observation,
+    length_rejection,
+    predict_level,
+)
+from orchestrator.failures import classify_ray_error
 from orchestrator.plan import PlannedTrial
 from orchestrator.results import Capacity, TrialResult, TrialStatus
 from orchestrator.spec import SweepSpec
@@ -87,14 +93,17 @@ class TrialExecution:
         return self.pg.ready()
 
     def advance(self, ref: ray.ObjectRef) -> ray.ObjectRef | None:
-        """Consume the finished ``ref``; return the next one, or None when the trial is done."""
+        """Consume the finished ``ref``; return the next one, or None when the trial is done.
+
+        What Ray raises is classified by its cause (``orchestrator.failures``): an exception
+        of our code in an actor is ``client_error`` (load generator) or ``startup_crash`` /
+        ``crash_mid_run`` (engine host) with its type and text; ``node_lost`` only when Ray
+        reports the node or the actor's process gone."""
         try:
             value = ray.get(ref)
-        except RayActorError as err:
-            return self._fail("node_lost", f"actor died: {str(err).splitlines()[0][:300]}")
-        except RayError as err:
-            return self._fail("node_lost", f"{type(err).__name__}: {str(err)[:300]}")
-        return getattr(self, f"_after_{self.phase}")(value)
+            return getattr(self, f"_after_{self.phase}")(value)
+        except RayError as err:  # the phase's own call, or a blocking call of its handler
+            return self._fail(*classify_ray_error(err, self.phase))
 
     def _after_place(self, _: Any) -> ray.ObjectRef:
         opts = dict(num_cpus=0, scheduling_strategy=self._strategy())
@@ -263,6 +272,8 @@ class TrialExecution:
             status, reason = TrialStatus.INVALID, "invalid_level"
             message = "; ".join(f"c={lv.concurrency}: {lv.reason}" for lv in self.levels
                                 if lv.status == "invalid")
+            if self.capacity is not None and self.capacity.rejects_requests:
+                message = f"{self.capacity.note}; {message}"  # the cause before its symptoms
         else:
             status, reason, message = TrialStatus.OK, "", self.note
         applied = self.ready.get("applied", {}) if isinstance(self.ready, dict) else {}
@@ -297,6 +308,10 @@ class TrialExecution:
 
     # -- capacity ---------------------------------------------------------------------------
     def _capacity(self, applied: dict[str, Any], events: list[dict[str, Any]]) -> Capacity:
+        """The KV pool the server reported, what it implies for one request, and whether
+        the server's max model length (its log, else the trial's ``max_model_len``) admits
+        a request at all: when prompt + output exceed it, ``rejects_requests`` and ``note``
+        say that the server refuses every request."""
         policy = self.adapter.admission_for(self.cfg)
         tokens = applied.get("kv_pool_tokens")
         blocks = applied.get("kv_pool_blocks")
@@ -310,14 +325,30 @@ class TrialExecution:
                 sources.append("log: KV pool tokens")
         if tokens and bs and not blocks:
             blocks = int(tokens) // int(bs)
+        max_len, source = self._max_model_len(applied)
+        if source:
+            sources.append(source)
+        w = self.spec.workload
+        rejection = length_rejection(w.prompt_tokens, w.output_tokens, max_len)
         per_req = None
         cap = None
         if blocks and bs:
-            pred = predict_level(policy, int(blocks), int(bs), self.spec.workload.prompt_tokens,
-                                 self.spec.workload.output_tokens, 1)
+            pred = predict_level(policy, int(blocks), int(bs), w.prompt_tokens,
+                                 w.output_tokens, 1)
             per_req, cap = pred.blocks_per_request, pred.full_length_capacity
         return Capacity(policy=policy, pool_tokens=tokens, block_size=bs, pool_blocks=blocks,
-                        blocks_per_request=per_req, full_length_capacity=cap, sources=sources)
+                        blocks_per_request=per_req, full_length_capacity=cap,
+                        max_model_len=max_len, rejects_requests=rejection is not None,
+                        note=rejection or "", sources=sources)
+
+    def _max_model_len(self, applied: dict[str, Any]) -> tuple[int | None, str | None]:
+        """The server's max model length and where it came from: the applied config read
+        from its log, else what the trial asked for; (None, None) when neither says."""
+        if applied.get("max_model_len"):
+            return int(applied["max_model_len"]), "log: max model length"
+        if self.cfg.max_model_len:
+            return self.cfg.max_model_len, "trial config: max_model_len"
+        return None, None
 
     def _prediction(self, level: LevelResult) -> LevelPrediction | None:
         cap = self.capacity
@@ -327,7 +358,7 @@ class TrialExecution:
             return None
         return predict_level(cap.policy, int(blocks), int(bs), self.spec.workload.prompt_tokens,
                              self.spec.workload.output_tokens, level.concurrency,
-                             self.cfg.max_num_seqs)
+                             self.cfg.max_num_seqs, cap.max_model_len)
 
     def _flag_queueing(self, level: LevelResult) -> LevelResult:
         pred = self._prediction(level)

@@ -108,6 +108,10 @@ class SimAdapter(EngineAdapter):
                 applied.update({k: ev.data[k] for k in ("profile", "tp", "weights", "kv_dtype",
                                                         "cuda_graphs", "time_scale")})
                 applied["version"] = f"sim-{ev.data['version']}"
+            elif ev.kind == "engine_config" and "max_seq_len" in ev.data:  # vllm profile
+                applied["max_model_len"] = int(ev.data["max_seq_len"])
+            elif ev.kind == "limits":  # trtllm profile
+                applied["max_model_len"] = int(ev.data["max_seq_len"])
         return applied
 
     def verify(self, trial: TrialConfig, applied: dict[str, Any]) -> list[str]:

@@ -66,7 +66,9 @@ def test_vllm_h200_json_over_max_num_seqs(capsys):
     # max_num_seqs 128 caps what runs; the rest waits; 128 < 1389 so no preemption
     assert (lv2048["running"], lv2048["waiting"], lv2048["preemption_expected"]) == (128, 1920,
                                                                                      False)
-    assert [ln["line"] for ln in data["lines"]] == [13, 54, 55]
+    # 20: the engine config line, whose max_seq_len (2048) the request (659) fits
+    assert [ln["line"] for ln in data["lines"]] == [13, 20, 54, 55]
+    assert (data["max_model_len"], data["rejects_requests"]) == (2048, False)
 
 
 def test_vllm_cpu_small_pool_expects_preemption(capsys):
@@ -164,3 +166,48 @@ def test_metrics_scrape_gives_exact_blocks():
     r = explain_log("vllm", CPU_EAGER.read_text(), 32, 400, [4],
                     metrics=METRICS_LOAD.read_text())
     assert r.pool_blocks == 8  # num_gpu_blocks of the scraped server
+
+
+def test_vllm_request_longer_than_max_model_len_is_rejected_not_fitted(capsys):
+    # the server was started with max_model_len 2048: a 3000 + 256 request is refused
+    assert run(cap("vllm", H200_DEFAULT, 3000, 256, 1, 64, extra=("--json",))) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["max_model_len"], data["rejects_requests"]) == (2048, True)
+    assert data["max_model_len_source"] == "max_seq_len in the engine config line"
+    for lv in data["levels"]:
+        assert (lv["rejected"], lv["running"], lv["waiting"]) == (True, 0, 0)
+        assert "every request rejected" in lv["summary"]
+    assert "3,256 tokens exceed its max model length of 2,048" in data["notes"][0]
+    assert 20 in [ln["line"] for ln in data["lines"]]  # the line that says 2048
+    assert run(cap("vllm", H200_DEFAULT, 3000, 256, 64)) == 0
+    out = capsys.readouterr().out
+    assert "max length:   2,048 tokens" in out and "3,256-token request is longer: REJECTED" in out
+    assert "concurrency 64: every request rejected" in out
+
+
+def test_request_of_exactly_max_model_len_fits():
+    r = explain_log("vllm", H200_DEFAULT.read_text(), 2048 - 256, 256, [1])
+    assert (r.max_model_len, r.rejects_requests) == (2048, False)
+    assert r.levels[0]["running"] == 1 and not r.levels[0]["rejected"]
+    r = explain_log("vllm", H200_DEFAULT.read_text(), 2048 - 255, 256, [1])
+    assert r.rejects_requests
+
+
+def test_vllm_cpu_max_model_len_from_its_log():
+    r = explain_log("vllm", CPU_SMALLKV.read_text(), 400, 200, [1])  # max_model_len 512
+    assert (r.max_model_len, r.rejects_requests) == (512, True)
+
+
+def test_trtllm_max_seq_len_is_the_last_limits_line():
+    # the dry run's limits say max_seq_len=8224; the real ones 86720
+    r = explain_log("trtllm", TRT_GRAPH.read_text(), 8000, 1000, [4])
+    assert (r.max_model_len, r.rejects_requests) == (86_720, False)
+    assert r.max_model_len_source == "max_seq_len in the executor limits"
+    r = explain_log("trtllm", TRT_GRAPH.read_text(), 86_000, 1000, [4])
+    assert r.rejects_requests and r.levels[0]["running"] == 0
+
+
+def test_no_max_model_len_in_the_log_is_said():
+    r = explain_log("trtllm", TRT_BLOCKS.read_text(), 1000, 1000, [1])
+    assert (r.max_model_len, r.rejects_requests) == (None, False)
+    assert any("does not state the max model length" in n for n in r.notes)

@@ -57,3 +57,26 @@ def test_plan_json_marks_infeasible(tmp_path, capsys):
     assert "NVFP4 weights need compute capability 10.0+" in reasons[(1, "nvfp4")]
     ok = next(t for t in trials if t["reason"] is None)
     assert ok["prediction"][0]["output_tok_s"] > 0
+
+
+def test_run_with_only_infeasible_trials_says_why_and_creates_nothing(tmp_path, capsys,
+                                                                     state_home, monkeypatch):
+    """Nothing runnable: the reasons, exit 0, and no Ray, no MLflow store, no sweep folder."""
+    import ray
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("ray.init called for a sweep with nothing to run")
+
+    monkeypatch.setattr(ray, "init", no_ray)
+    data = minimal_spec(name="pruned")
+    data["cluster"] = {"gpus": 4}
+    data["space"] = [{"engine": "sim", "tp": [3, 8]}]  # 3: heads; 8: more than the node has
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(data))
+    assert main(["run", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to run: all 2 trial(s) are infeasible" in out
+    assert "tp=3 does not divide the 32 attention heads" in out
+    assert "tp=8 exceeds the 4 GPUs" in out
+    assert list(state_home.iterdir()) == []  # no mlflow.db, no sweeps/, no artifacts/
+    assert not ray.is_initialized()
