@@ -1,7 +1,9 @@
 """Winners per concurrency, crossovers and the Pareto front (pandas).
 
 Winner at a level: among valid levels that meet the spec's SLOs there, the
-highest output tokens/s. The margin to the runner-up is reported and called
+highest output tokens/s. A level flagged ``unverified`` (its output counted from
+the server's usage alone) cannot win unless ``trust_usage`` (the spec's
+``workload.trust_usage``). The margin to the runner-up is reported and called
 "within noise" when it is under the noise band. A crossover is a pair of
 adjacent levels whose winners differ.
 """
@@ -75,7 +77,12 @@ class Crossover:
     within_noise: bool = False  # a winner on either side leads by less than the band
 
 
-def winners(results: list[TrialResult], slo: SLO, band: float = 0.05) -> list[Winner]:
+def _unverified(df: pd.DataFrame) -> pd.Series:
+    return df["flags"].map(lambda f: "unverified" in str(f).split(",")).astype(bool)
+
+
+def winners(results: list[TrialResult], slo: SLO, band: float = 0.05,
+            trust_usage: bool = False) -> list[Winner]:
     df = levels_frame(results)
     out = []
     if df.empty:
@@ -83,9 +90,17 @@ def winners(results: list[TrialResult], slo: SLO, band: float = 0.05) -> list[Wi
     for c in sorted(df["concurrency"].unique()):
         at = df[(df["concurrency"] == c) & (df["level_status"] == "valid")
                 & df["output_tok_s"].notna()]
+        excluded = 0
+        if not trust_usage:
+            doubtful = _unverified(at)
+            excluded = int(doubtful.sum())
+            at = at[~doubtful]
         eligible = at[_meets_slo(at, slo)].sort_values("output_tok_s", ascending=False)
         if eligible.empty:
             note = ("no valid level meets the SLO" if not at.empty else "no valid level")
+            if excluded:
+                note += (f" ({excluded} unverified level(s) excluded: set "
+                         "workload.trust_usage to let them win)")
             out.append(Winner(int(c), None, None, None, None, None, None, None, None, False,
                               0, note))
             continue

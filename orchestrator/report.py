@@ -28,7 +28,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                 tracking_hint: str = "") -> str:
     band = spec.workload.noise_band
-    ws = winners(results, spec.slo, band)
+    ws = winners(results, spec.slo, band, spec.workload.trust_usage)
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
@@ -81,7 +81,8 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
 def report_json(spec: SweepSpec, results: list[TrialResult], sweep_id: str) -> dict[str, Any]:
     from dataclasses import asdict
 
-    ws = winners(results, spec.slo, spec.workload.noise_band)
+    ws = winners(results, spec.slo, spec.workload.noise_band,
+                 spec.workload.trust_usage)
     return {
         "sweep_id": sweep_id, "spec_name": spec.name,
         "workload": spec.workload.model_dump(mode="json"),
@@ -101,7 +102,8 @@ def winners_export(spec: SweepSpec, results: list[TrialResult]) -> list[dict[str
     """Per concurrency: the winning config and the exact server command it ran with."""
     by_key = {r.key: r for r in results}
     out = []
-    for w in winners(results, spec.slo, spec.workload.noise_band):
+    for w in winners(results, spec.slo, spec.workload.noise_band,
+                     spec.workload.trust_usage):
         if w.key is None:
             continue
         r = by_key[w.key]

@@ -104,6 +104,8 @@ class Workload(Frozen):
     client_shards: PosInt = 1
     #: ``lean`` (raw sockets, the faster) or ``aiohttp``
     client_transport: Literal["lean", "aiohttp"] = "lean"
+    #: let levels flagged ``unverified`` (output counted from the server's usage alone) win
+    trust_usage: bool = False
 
     @field_validator("concurrency")
     @classmethod

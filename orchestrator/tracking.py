@@ -21,7 +21,8 @@ __all__ = ["Tracker", "default_tracking_uri", "LEVEL_METRICS"]
 
 LEVEL_METRICS = ("output_tok_s", "total_tok_s", "requests_s", "ttft_p50_ms", "ttft_p90_ms",
                  "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "tpot_p50_ms", "e2e_p50_ms",
-                 "e2e_p99_ms", "decode_tok_s_per_req_p50", "round_spread")
+                 "e2e_p99_ms", "decode_tok_s_per_req_p50", "chunk_gap_p50_ms",
+                 "chunk_gap_p99_ms", "round_spread")
 
 
 def default_tracking_uri(root: Path) -> str:
@@ -123,6 +124,9 @@ class Tracker:
                     continue
                 metrics.append(Metric(name, float(value), now, c))
                 metrics.append(Metric(f"{name}_c{c}", float(value), now, 0))
+            # every round's throughput (the level's figure is their median): step = round
+            metrics += [Metric(f"round_output_tok_s_c{c}", rr.output_tok_s, now, rr.round)
+                        for rr in lv.rounds]
             if lv.client is not None:  # the client's self-check: can the level be trusted
                 metrics += [Metric("client_cpu_frac", lv.client.cpu_frac, now, c),
                             Metric("client_loop_lag_p99_ms", lv.client.loop_lag_p99_ms, now, c)]

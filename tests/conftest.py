@@ -47,3 +47,11 @@ def minimal_spec(**overrides) -> dict:
     for k, v in overrides.items():
         spec[k] = v
     return spec
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with a locally trained ``tokenizer.json`` (see tests/tinytok.py)."""
+    from tests.tinytok import make_tokenizer
+
+    return make_tokenizer(tmp_path_factory.mktemp("tokenizer"))

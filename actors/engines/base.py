@@ -147,6 +147,9 @@ class EngineAdapter(abc.ABC):
     #: chunk, so a chunk carrying k tokens counts k); else one token per non-empty chunk,
     #: reconciled with the final usage.
     per_chunk_usage: ClassVar[bool] = True
+    #: Whether requests ask for ``return_token_ids`` (each chunk lists its tokens' ids: the
+    #: strongest count of what was streamed). Off for servers that reject unknown fields.
+    token_ids: ClassVar[bool] = True
     health_path: ClassVar[str] = "/health"
     metrics_path: ClassVar[str] = "/metrics"
 

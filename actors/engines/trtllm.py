@@ -86,6 +86,9 @@ class TrtllmAdapter(EngineAdapter):
 
     name = "trtllm"
     per_chunk_usage = False  # continuous_usage_stats not confirmed for trtllm-serve
+    #: trtllm-serve's request models are strict (an unknown field is a 400): no
+    #: return_token_ids; its counts are proven by the model's tokenizer over the text
+    token_ids = False
     admission = "guaranteed_no_evict"
     extras: ClassVar[dict[str, type]] = {
         "capacity_scheduler_policy": str, "enable_block_reuse": bool,

@@ -8,6 +8,7 @@ import io
 import ray
 
 from actors.engines import get_adapter
+from actors.loadgen.aggregate import request_itls
 from actors.loadgen.level import LevelRunner
 from actors.loadgen.prompts import PromptFactory, load_tokenizer, usable_token_ids
 from actors.loadgen.results import LevelResult, RequestRecord
@@ -18,7 +19,8 @@ __all__ = ["LoadGeneratorCore", "LoadGenerator", "records_csv"]
 
 CSV_FIELDS = ("level", "round", "index", "start_s", "ttft_ms", "tpot_ms", "itl_p50_ms",
               "itl_max_ms", "e2e_ms", "chunks", "chunk_tokens", "prompt_tokens",
-              "completion_tokens", "error", "error_detail")
+              "completion_tokens", "ids_tokens", "chunk_usage_tokens", "final_usage_tokens",
+              "text_tokens", "error", "error_detail")
 
 
 def _f(x: float | None, fmt: str = ".3f") -> str:
@@ -29,16 +31,18 @@ def records_csv(rows: list[tuple[int, RequestRecord]], t0: float) -> str:
     """Compact per-request artifact: one line per request, client wall-clock milliseconds
     (not converted to engine time), start relative to ``t0``. Arrival times are summarised
     (TTFT, TPOT, per-token ITL p50 and max); measured requests plus any warm-up request that
-    failed (round -1; -2 for connection-opening requests)."""
+    failed (round -1; -2 for connection-opening requests). The count proof's sources sit
+    side by side: token ids, last per-chunk usage, final usage, the tokenizer's count of
+    the text (empty: the server did not send it)."""
     buf = io.StringIO()
     out = csv.writer(buf, lineterminator="\n")
     out.writerow(CSV_FIELDS)
     for level, r in rows:
+        p = r.proof
         ttft = tpot = p50 = mx = None
         if r.first_token is not None:
             ttft = 1e3 * (r.first_token - r.start)
-            gaps = [(r.arrivals[j] - r.arrivals[j - 1]) / r.counts[j]
-                    for j in range(1, len(r.arrivals))]
+            gaps = request_itls(r, r.completion_tokens)
             if gaps:
                 p50, mx = 1e3 * median(gaps), 1e3 * max(gaps)  # type: ignore[operator]
             if r.completion_tokens and r.completion_tokens > 1 and r.arrivals:
@@ -46,6 +50,8 @@ def records_csv(rows: list[tuple[int, RequestRecord]], t0: float) -> str:
         out.writerow([level, r.round, r.index, f"{r.start - t0:.4f}", _f(ttft), _f(tpot),
                       _f(p50), _f(mx), f"{1e3 * (r.end - r.start):.3f}", len(r.arrivals),
                       r.chunk_tokens, _f(r.prompt_tokens, "d"), _f(r.completion_tokens, "d"),
+                      *(_f(getattr(p, k), "d") if p else "" for k in
+                        ("token_ids", "chunk_usage", "final_usage", "text_tokens")),
                       r.error or "", r.error_detail[:120].replace("\n", " ")])
     return buf.getvalue()
 
@@ -66,16 +72,17 @@ class LoadGeneratorCore:
         self.workload = Workload.model_validate(workload)
         adapter = get_adapter(engine)
         ids = usable_token_ids(vocab_size, tokenizer_dir)
-        tokenizer = load_tokenizer(tokenizer_dir) if self.workload.api == "chat" else None
+        tokenizer = load_tokenizer(tokenizer_dir)  # sizes chat text; counts streamed text
         prompts = PromptFactory(ids, self.workload.prompt_tokens,
                                 self.workload.shared_prefix_tokens, seed=self.workload.seed,
-                                tokenizer=tokenizer)
+                                tokenizer=tokenizer if self.workload.api == "chat" else None)
         self.runner = LevelRunner(base_url, model_name, self.workload, prompts,
                                   parse_metrics=adapter.parse_metrics,
                                   metrics_path=adapter.metrics_path, time_scale=time_scale,
                                   api_key=api_key, per_chunk_usage=adapter.per_chunk_usage,
                                   transport=transport or self.workload.client_transport,
-                                  shards=shards or self.workload.client_shards)
+                                  shards=shards or self.workload.client_shards,
+                                  token_ids=adapter.token_ids, tokenizer=tokenizer)
         self._rows: list[tuple[int, RequestRecord]] = []
         self._t0: float | None = None
 

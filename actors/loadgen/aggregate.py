@@ -1,16 +1,24 @@
 """Level rules: from raw per-request records to a ``LevelResult`` (pure, no I/O).
 
-``invalid``: any request errored, or its token counts differ from the request
-(the counts received are named in the reason, never averaged in). Flags on a
-level: ``noisy`` (rounds differ by more than the workload's band), ``client_bound``
-(event-loop lag p99 over ``LAG_LIMIT_MS`` or loop-thread CPU over ``CPU_LIMIT``),
-``usage_reconciled`` (chunks counted differ from ``usage``), ``unpaced`` (sim at
-time scale 0). Latencies are pooled over rounds; throughput is the median round's.
+``invalid``: any request errored, or its output count is not proven to be the one
+asked for (``proof.judge``: exact sources disagreeing with each other are a
+``usage_mismatch``, agreeing on another count a ``count_mismatch``; every count
+is named in the reason, never averaged in), or its usage reports another prompt
+length. Flags on a valid level: ``noisy`` (rounds differ by more than the
+workload's band), ``client_bound`` (event-loop lag p99 over ``LAG_LIMIT_MS`` or
+loop-thread CPU over ``CPU_LIMIT``), ``unverified`` (some request's count rests on
+the server's usage alone), ``itl_spread`` (per-chunk counts unknown: ITL spreads
+each request's count evenly over its chunks), ``unpaced`` (sim at time scale 0).
+
+Throughput, total tokens/s and requests/s are each the median over rounds (the mean
+of the middle two for an even count); every round is kept. Latencies are pooled over
+rounds. ITL is per token: a chunk of k tokens after a gap g counts as k gaps of g/k.
 """
 
 from __future__ import annotations
 
 from actors.engines.base import MetricsSample
+from actors.loadgen.proof import Judgement, Verdict, judge, prove
 from actors.loadgen.results import (
     ClientHealth,
     LevelMetrics,
@@ -22,8 +30,8 @@ from actors.loadgen.results import (
 from actors.loadgen.stats import median, percentile, spread
 from orchestrator.spec import Workload
 
-__all__ = ["aggregate_level", "counts_match", "CHAT_TEMPLATE_MAX_OVERHEAD", "LAG_LIMIT_MS",
-           "CPU_LIMIT"]
+__all__ = ["aggregate_level", "prompt_matches", "judge_request", "request_itls",
+           "CHAT_TEMPLATE_MAX_OVERHEAD", "LAG_LIMIT_MS", "CPU_LIMIT"]
 
 LAG_LIMIT_MS = 5.0
 CPU_LIMIT = 0.90
@@ -32,22 +40,48 @@ CPU_LIMIT = 0.90
 CHAT_TEMPLATE_MAX_OVERHEAD = 64
 
 
-def counts_match(w: Workload, prompt_tokens: int | None, completion_tokens: int | None) -> bool:
-    """Did the server do the work asked? Exact for completions (token-id prompts); for chat
-    the template adds tokens, so ``usage.prompt_tokens`` may exceed the content by up to
-    ``CHAT_TEMPLATE_MAX_OVERHEAD``."""
-    if completion_tokens != w.output_tokens or prompt_tokens is None:
-        return False
+def prompt_matches(w: Workload, prompt_tokens: int | None) -> bool:
+    """Did the server take the prompt asked? Exact for completions (token-id prompts); for
+    chat the template adds up to ``CHAT_TEMPLATE_MAX_OVERHEAD`` tokens. A server that does
+    not report the prompt length (no usage at all) is not contradicted."""
+    if prompt_tokens is None:
+        return True
     if w.api == "chat":
         return 0 <= prompt_tokens - w.prompt_tokens <= CHAT_TEMPLATE_MAX_OVERHEAD
     return prompt_tokens == w.prompt_tokens
 
 
-def _request_itls(rec: RequestRecord) -> list[float]:
-    out = []
-    for j in range(1, len(rec.arrivals)):
-        gap = (rec.arrivals[j] - rec.arrivals[j - 1]) / rec.counts[j]
-        out.extend([gap] * rec.counts[j])
+def judge_request(w: Workload, rec: RequestRecord) -> Judgement:
+    """The proof's verdict on one completed request (its prompt length included)."""
+    proof = rec.proof if rec.proof is not None else prove(rec)
+    j = judge(proof, w.output_tokens)
+    if j.verdict in (Verdict.VERIFIED, Verdict.UNVERIFIED) and \
+            not prompt_matches(w, rec.prompt_tokens):
+        want = (f"{w.prompt_tokens}..{w.prompt_tokens + CHAT_TEMPLATE_MAX_OVERHEAD}"
+                if w.api == "chat" else str(w.prompt_tokens))
+        return Judgement(Verdict.COUNT_MISMATCH, j.count, j.source,
+                         f"prompt {rec.prompt_tokens} tokens (asked {want})")
+    return j
+
+
+def request_itls(rec: RequestRecord, total: int | None = None) -> list[float]:
+    """Per-token gaps of one request. With ``rec.counts_known`` each read's gap is split
+    over the tokens it brought; otherwise ``total`` tokens are spread as evenly as whole
+    numbers allow over the reads after the first (each read then stands for its share)."""
+    arrivals = rec.arrivals
+    if len(arrivals) < 2:
+        return []
+    counts = rec.counts
+    if not rec.counts_known and total:
+        later = len(arrivals) - 1
+        rest = max(total - 1, later)  # the first read's token opens the stream
+        base, extra = divmod(rest, later)
+        counts = [1] + [base + (1 if j < extra else 0) for j in range(later)]
+    out: list[float] = []
+    for j in range(1, len(arrivals)):
+        k = counts[j]
+        if k > 0:
+            out.extend([(arrivals[j] - arrivals[j - 1]) / k] * k)
     return out
 
 
@@ -57,78 +91,93 @@ def aggregate_level(concurrency: int, w: Workload, records: list[RequestRecord],
     """Turn raw records into a ``LevelResult`` (validity, flags, engine-time metrics)."""
     scale = time_scale if time_scale > 0 else 1.0
     errors: dict[str, int] = {}
-    seen: dict[tuple[int | None, int | None], int] = {}  # (prompt, completion) -> requests
-    reconciled = False
+    bad: dict[str, int] = {}  # verdict detail -> requests
+    sources: dict[str, int] = {}
+    counted: dict[int, int] = {}  # id(rec) -> proven output tokens
+    unverified: list[str] = []
+    spread_itl = False
     for r in records:
         if r.error:
             errors[r.error] = errors.get(r.error, 0) + 1
             continue
-        if not counts_match(w, r.prompt_tokens, r.completion_tokens):
-            key = (r.prompt_tokens, r.completion_tokens)
-            seen[key] = seen.get(key, 0) + 1
-        if r.chunk_tokens != r.completion_tokens:
-            reconciled = True
-    mismatches = sum(seen.values())
+        j = judge_request(w, r)
+        if j.verdict in (Verdict.USAGE_MISMATCH, Verdict.COUNT_MISMATCH):
+            key = f"{j.verdict.value}: {j.detail}"
+            bad[key] = bad.get(key, 0) + 1
+            continue
+        sources[j.source] = sources.get(j.source, 0) + 1
+        counted[id(r)] = j.count or 0
+        if j.verdict is Verdict.UNVERIFIED:
+            unverified.append(j.detail)
+        spread_itl |= not r.counts_known
+    mismatches = sum(bad.values())
     flags: list[str] = []
-    obs = _observe(samples)
     reason = ""
-    if errors or mismatches or not records:
+    invalid = bool(errors or mismatches or not records)
+    if invalid:
         parts = [f"{n} x {k}" for k, n in sorted(errors.items())]
-        if mismatches:
-            want = (f"{w.prompt_tokens}..{w.prompt_tokens + CHAT_TEMPLATE_MAX_OVERHEAD}"
-                    if w.api == "chat" else str(w.prompt_tokens))
-            got = ", ".join(f"{n} x {p} in / {c} out" for (p, c), n in
-                            sorted(seen.items(), key=lambda kv: -kv[1])[:4])
-            parts.append(f"{mismatches} request(s) with token counts other than "
-                         f"{want} in / {w.output_tokens} out (got {got})")
+        parts += [f"{n} x {k}" for k, n in sorted(bad.items(), key=lambda kv: -kv[1])[:4]]
         reason = "; ".join(parts) or "no requests completed"
         first_err = next((r.error_detail for r in records if r.error_detail), "")
         if first_err:
             reason += f" (first: {first_err[:160]})"
     round_results = []
     for rnd, wall in rounds:
-        out_tok = sum(r.completion_tokens or 0 for r in records if r.round == rnd and r.ok)
-        n = sum(1 for r in records if r.round == rnd)
-        round_results.append(RoundResult(round=rnd, requests=n, duration_s=wall / scale,
-                                         output_tok_s=out_tok / wall * scale if wall else 0.0))
-    ok = [r for r in records if r.ok and r.first_token is not None]
+        mine = [r for r in records if r.round == rnd]
+        out_tok = sum(counted.get(id(r), 0) for r in mine)
+        tot_tok = sum(counted.get(id(r), 0) + (r.prompt_tokens or w.prompt_tokens)
+                      for r in mine if id(r) in counted)
+        per_s = scale / wall if wall else 0.0
+        round_results.append(RoundResult(
+            round=rnd, requests=len(mine), duration_s=wall / scale,
+            output_tok_s=out_tok * per_s, total_tok_s=tot_tok * per_s,
+            requests_s=sum(1 for r in mine if id(r) in counted) * per_s))
+    ok = [r for r in records if id(r) in counted and r.first_token is not None]
     metrics = None
     if round_results and ok:
-        tputs = [rr.output_tok_s for rr in round_results]
-        mid = sorted(round_results, key=lambda rr: rr.output_tok_s)[len(round_results) // 2]
-        mid_recs = [r for r in records if r.round == mid.round and r.ok]
-        wall = mid.duration_s
-        ms = 1e3 / scale
-        itls = [x for r in ok for x in _request_itls(r)]
-        tpots = [(r.arrivals[-1] - r.first_token) / (r.completion_tokens - 1)
-                 for r in ok if r.completion_tokens and r.completion_tokens > 1]
-        metrics = LevelMetrics(
-            output_tok_s=mid.output_tok_s,
-            total_tok_s=sum((r.prompt_tokens or 0) + (r.completion_tokens or 0)
-                            for r in mid_recs) / wall if wall else 0.0,
-            requests_s=len(mid_recs) / wall if wall else 0.0,
-            ttft_p50_ms=_ms(percentile([r.first_token - r.start for r in ok], 50), ms),
-            ttft_p90_ms=_ms(percentile([r.first_token - r.start for r in ok], 90), ms),
-            ttft_p99_ms=_ms(percentile([r.first_token - r.start for r in ok], 99), ms),
-            itl_p50_ms=_ms(percentile(itls, 50), ms), itl_p99_ms=_ms(percentile(itls, 99), ms),
-            tpot_p50_ms=_ms(median(tpots), ms),
-            e2e_p50_ms=_ms(percentile([r.end - r.start for r in ok], 50), ms),
-            e2e_p99_ms=_ms(percentile([r.end - r.start for r in ok], 99), ms),
-            decode_tok_s_per_req_p50=_per_s(median(tpots), scale),
-            round_spread=spread(tputs))
+        metrics = _metrics(ok, counted, round_results, 1e3 / scale, scale)
         if metrics.round_spread > w.noise_band:
             flags.append("noisy")
     if health.loop_lag_p99_ms > LAG_LIMIT_MS or health.cpu_frac > CPU_LIMIT:
         flags.append("client_bound")
-    if reconciled:
-        flags.append("usage_reconciled")
+    if unverified and not invalid:
+        flags.append("unverified")
+        reason = (f"unverified: {len(unverified)} request(s) counted from the server's usage "
+                  f"alone ({unverified[0]})")
+    if spread_itl:
+        flags.append("itl_spread")
     if time_scale == 0:
         flags.append("unpaced")
     return LevelResult(
-        concurrency=concurrency, status="invalid" if reason else "valid", flags=flags,
+        concurrency=concurrency, status="invalid" if invalid else "valid", flags=flags,
         reason=reason, requests=len(records), metrics=metrics, rounds=round_results,
-        errors=errors, count_mismatches=mismatches, server=obs, client=health,
-        time_scale=time_scale)
+        errors=errors, count_mismatches=mismatches, count_sources=sources, server=_observe(samples),
+        client=health, time_scale=time_scale)
+
+
+def _metrics(ok: list[RequestRecord], counted: dict[int, int], rounds: list[RoundResult],
+             ms: float, scale: float) -> LevelMetrics:
+    """Median-over-rounds throughput and pooled latencies (``ms``: seconds -> engine ms)."""
+    itls = [x for r in ok for x in request_itls(r, counted[id(r)])]
+    gaps = [b - a for r in ok for a, b in zip(r.arrivals, r.arrivals[1:])]
+    tpots = [(r.arrivals[-1] - r.first_token) / (counted[id(r)] - 1)  # type: ignore[operator]
+             for r in ok if counted[id(r)] > 1]
+    ttfts = [r.first_token - r.start for r in ok]  # type: ignore[operator]
+    e2es = [r.end - r.start for r in ok]
+    tputs = [rr.output_tok_s for rr in rounds]
+    return LevelMetrics(
+        output_tok_s=median(tputs) or 0.0,
+        total_tok_s=median([rr.total_tok_s or 0.0 for rr in rounds]) or 0.0,
+        requests_s=median([rr.requests_s or 0.0 for rr in rounds]) or 0.0,
+        ttft_p50_ms=_ms(percentile(ttfts, 50), ms), ttft_p90_ms=_ms(percentile(ttfts, 90), ms),
+        ttft_p99_ms=_ms(percentile(ttfts, 99), ms),
+        itl_p50_ms=_ms(percentile(itls, 50), ms), itl_p99_ms=_ms(percentile(itls, 99), ms),
+        tpot_p50_ms=_ms(median(tpots), ms),
+        e2e_p50_ms=_ms(percentile(e2es, 50), ms), e2e_p99_ms=_ms(percentile(e2es, 99), ms),
+        decode_tok_s_per_req_p50=_per_s(median(tpots), scale),
+        chunk_gap_p50_ms=_ms(percentile(gaps, 50), ms),
+        chunk_gap_p99_ms=_ms(percentile(gaps, 99), ms),
+        round_spread=spread(tputs))
 
 
 def _per_s(seconds: float | None, scale: float) -> float | None:

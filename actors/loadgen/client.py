@@ -1,10 +1,12 @@
 """One streaming request against an OpenAI-compatible server (aiohttp transport).
 
 Matched work: ``ignore_eos``, ``min_tokens = max_tokens = N``, temperature 0 and
-``stream_options.include_usage``. Where the server reports usage per chunk
-(``continuous_usage_stats``: vLLM and the sim), a chunk carrying k tokens counts
-k; elsewhere one token per non-empty chunk, reconciled with the final usage.
-The counting lives in ``StreamCounter`` so every transport shares it.
+``stream_options.include_usage``; ``return_token_ids`` asks for the ids of each chunk's
+tokens (vLLM 0.10.2+ and the sim). For timing, a chunk carrying k tokens counts k where
+the server says so per chunk (``continuous_usage_stats``, or its token ids); elsewhere one
+per non-empty chunk, and the record says the counts are unknown. The counting lives in
+``StreamCounter`` so every transport shares it; it also keeps the body for the count
+proof (``proof``), which decides whether the counts are true.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ _PROMPT = re.compile(rb'"prompt_tokens":(\d+)')
 
 
 def build_body(model: str, api: str, prompt: list[int] | str, output_tokens: int,
-               per_chunk_usage: bool = True) -> dict[str, Any]:
+               per_chunk_usage: bool = True, token_ids: bool = True) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model, "max_tokens": output_tokens, "min_tokens": output_tokens,
         "ignore_eos": True, "temperature": 0, "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": per_chunk_usage},
     }
+    if token_ids:
+        body["return_token_ids"] = True
     if api == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
@@ -57,7 +61,9 @@ class StreamCounter:
     the read's arrival time ``now``. Events carrying per-chunk usage and a
     non-empty ``choices`` list are read without a JSON parse (the hot path, one
     per token); everything else (the final usage, errors, servers without
-    per-chunk usage) is parsed with ``json``.
+    per-chunk usage) is parsed with ``json``. Every read's bytes are kept in
+    ``rec.body`` for ``proof.prove`` (``framed``: whole HTTP chunks, as the lean
+    transport's fast path hands them over).
     """
 
     __slots__ = ("rec", "parser", "last_usage", "done")
@@ -69,6 +75,7 @@ class StreamCounter:
         self.done = False
 
     def feed(self, chunk: bytes, now: float) -> None:
+        self.rec.body.append((False, chunk))
         got = 0
         for data in self.parser.feed(chunk):
             got += self.event(data)
@@ -114,6 +121,13 @@ class StreamCounter:
             rec.prompt_tokens = int(p.group(1)) if p else None
         return k if k > 0 else 0
 
+    def framed(self, n: int, data: bytes | memoryview) -> int:
+        """The lean transport's fast path: ``data`` is one read of whole HTTP chunks, each
+        one token event, the last with per-chunk usage ``n``. Keeps the read (a copy where
+        it is a view of a reused buffer); returns the tokens new since the last."""
+        self.rec.body.append((True, data if type(data) is bytes else bytes(data)))
+        return self.usage(n, data)
+
     def _slow_event(self, data: bytes) -> int:
         if data == DONE:
             self.done = True
@@ -130,11 +144,16 @@ class StreamCounter:
         choices = ev.get("choices") or []
         k = 0
         if choices:
+            choice = choices[0] if isinstance(choices[0], dict) else {}
+            ids = choice.get("token_ids")
             if usage and usage.get("completion_tokens") is not None:
                 k = usage["completion_tokens"] - self.last_usage
                 self.last_usage = usage["completion_tokens"]
-            elif _chunk_text(choices[0]):
+            elif isinstance(ids, list):
+                k = len(ids)
+            elif _chunk_text(choice):
                 k = 1
+                rec.counts_known = False
         if usage:
             rec.prompt_tokens = usage.get("prompt_tokens")
             rec.completion_tokens = usage.get("completion_tokens")

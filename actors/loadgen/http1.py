@@ -170,7 +170,7 @@ class Connection:
         """``data`` was whole token events; the last said ``completion_tokens: last``."""
         prev, self.last_read = self.last_read, now
         counter = self.counter
-        got = counter.usage(last, data)  # type: ignore[union-attr]
+        got = counter.framed(last, data)  # type: ignore[union-attr]
         if got:
             if counter.rec.first_token is not None:  # type: ignore[union-attr]
                 pool = self.pool  # the running mean gap between a stream's tokens

@@ -27,18 +27,18 @@ from actors.loadgen.aggregate import (
     CPU_LIMIT,
     LAG_LIMIT_MS,
     aggregate_level,
-    counts_match,
 )
 from actors.loadgen.client import build_body, stream_request
 from actors.loadgen.pool import PASS_SIZE, ConnectionPool, stream_request_lean
 from actors.loadgen.prompts import PromptFactory
+from actors.loadgen.proof import prove
 from actors.loadgen.results import ClientHealth, LevelResult, RequestRecord
 from actors.loadgen.selfcheck import LagMonitor, cpu_seconds
 from actors.loadgen.shards import ShardOutcome, Sync, run_sharded, share
 from actors.loadgen.stats import percentile
 from orchestrator.spec import Workload
 
-__all__ = ["LevelRunner", "aggregate_level", "counts_match", "CHAT_TEMPLATE_MAX_OVERHEAD",
+__all__ = ["LevelRunner", "aggregate_level", "CHAT_TEMPLATE_MAX_OVERHEAD",
            "LAG_LIMIT_MS", "CPU_LIMIT", "TRANSPORTS"]
 
 #: Client transports: ``lean`` (``pool``, ``http1``: raw sockets read from one epoll set, the
@@ -50,16 +50,22 @@ class LevelRunner:
     """Runs levels against one server. ``parse_metrics`` is the engine adapter's parser;
     ``transport`` picks the HTTP client, ``shards`` the processes a level is spread over,
     ``coalesce_s`` the lean transport's read coalescing when busy (0: none), ``pass_size``
-    the most sockets it reads in one loop callback (smaller: shorter loop turns, more CPU)."""
+    the most sockets it reads in one loop callback (smaller: shorter loop turns, more CPU).
+    ``token_ids`` asks the server for each chunk's token ids; ``tokenizer`` (the model's
+    ``tokenizers.Tokenizer``) counts the streamed text for the count proof. An ``https://``
+    server is measured with the aiohttp transport (the lean one speaks plain HTTP)."""
 
     def __init__(self, base_url: str, model: str, workload: Workload, prompts: PromptFactory,
                  parse_metrics: Callable[[str, float], MetricsSample] | None = None,
                  metrics_path: str = "/metrics", time_scale: float = 1.0,
                  api_key: str | None = None, per_chunk_usage: bool = True,
                  transport: str = "lean", shards: int = 1, coalesce_s: float = 0.001,
-                 pass_size: int = PASS_SIZE):
+                 pass_size: int = PASS_SIZE, token_ids: bool = True,
+                 tokenizer: Any | None = None):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, not {transport!r}")
+        if base_url.startswith("https://"):
+            transport = "aiohttp"
         if shards < 1:
             raise ValueError("shards must be at least 1")
         if pass_size < 1:
@@ -67,7 +73,8 @@ class LevelRunner:
         self._init = dict(base_url=base_url, model=model, workload=workload, prompts=prompts,
                           time_scale=time_scale, api_key=api_key,
                           per_chunk_usage=per_chunk_usage, transport=transport,
-                          coalesce_s=coalesce_s, pass_size=pass_size)
+                          coalesce_s=coalesce_s, pass_size=pass_size, token_ids=token_ids,
+                          tokenizer=tokenizer)
         self.transport, self.shards, self.coalesce_s = transport, shards, coalesce_s
         self.pass_size = pass_size
         self.base_url = base_url.rstrip("/")
@@ -75,7 +82,7 @@ class LevelRunner:
         self.parse_metrics, self.metrics_path = parse_metrics, metrics_path
         self.time_scale = time_scale
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.per_chunk_usage = per_chunk_usage
+        self.per_chunk_usage, self.token_ids, self.tokenizer = per_chunk_usage, token_ids, tokenizer
         self.path = "/v1/chat/completions" if workload.api == "chat" else "/v1/completions"
         self.url = self.base_url + self.path
         self.last_records: list[RequestRecord] = []
@@ -103,7 +110,8 @@ class LevelRunner:
         w = self.workload
         prompt = (self.prompts.make_text(index, salt) if w.api == "chat"
                   else self.prompts.make(index, salt))
-        return build_body(self.model, w.api, prompt, w.output_tokens, self.per_chunk_usage)
+        return build_body(self.model, w.api, prompt, w.output_tokens, self.per_chunk_usage,
+                          self.token_ids)
 
     def _prepare(self, session: Any, i: int, rnd: int,
                  salt: int) -> tuple[dict[str, Any] | bytes, dict[str, str]]:
@@ -190,10 +198,15 @@ class LevelRunner:
         # way, so that the garbage of a million reads does not trigger full passes over it
         gc.freeze()
         try:
-            return await self._shard(c, w.rounds_for(concurrency), rate, n, level, shard,
-                                     shards, sync, res)
+            await self._shard(c, w.rounds_for(concurrency), rate, n, level, shard, shards,
+                              sync, res)
         finally:
             gc.unfreeze()
+        for r in res.records:  # the count proof, after the clock (and the self-check)
+            if r.round >= 0 and r.ok:
+                prove(r, self.tokenizer)
+            r.body = []
+        return res
 
     async def _shard(self, c: int, rounds: int, rate: float | None, n: int, level: int,
                      shard: int, shards: int, sync: Sync | None, res: ShardOutcome

@@ -13,11 +13,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["RequestRecord", "LevelMetrics", "ServerObservation", "ClientHealth", "RoundResult",
-           "LevelResult", "LEVEL_FLAGS"]
+__all__ = ["RequestRecord", "StreamProof", "LevelMetrics", "ServerObservation", "ClientHealth",
+           "RoundResult", "LevelResult", "LEVEL_FLAGS"]
 
-#: Flags a valid level can carry.
-LEVEL_FLAGS = ("noisy", "client_bound", "queueing_mismatch", "usage_reconciled", "unpaced")
+#: Flags a valid level can carry. ``unverified``: some request's output count rests on the
+#: server's final ``usage`` alone (or on a text-tokenizer count beyond its tolerance): such a
+#: level cannot win unless the spec says ``workload.trust_usage``. ``itl_spread``: the server
+#: said neither how many tokens each chunk carried (per-chunk usage) nor which (token ids),
+#: so ITL spreads each request's count evenly over its chunks. ``sim_behind``: the sim could
+#: not keep its time scale.
+LEVEL_FLAGS = ("noisy", "client_bound", "queueing_mismatch", "unverified", "itl_spread",
+               "unpaced", "sim_behind")
 
 
 @dataclass(slots=True)
@@ -34,12 +40,36 @@ class RequestRecord:
     prompt_tokens: int | None = None  # from usage
     completion_tokens: int | None = None  # from usage
     chunk_tokens: int = 0  # tokens counted from chunks
+    #: every token-bearing chunk said how many tokens it carried (per-chunk usage or token
+    #: ids); False: the client counted one per chunk (ITL then spreads the final count)
+    counts_known: bool = True
     error: str | None = None  # classified kind, e.g. http_500, stall, disconnect
     error_detail: str = ""
+    #: the response body as read, kept for the count proof (``proof.prove``), then dropped:
+    #: (framed, bytes) where framed reads are whole HTTP chunks (the lean fast path)
+    body: list[tuple[bool, bytes]] = field(default_factory=list)
+    proof: StreamProof | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+@dataclass(slots=True)
+class StreamProof:
+    """The counts of one response, read back from its bytes after the level (``proof``).
+
+    ``None``: the source was absent (or incomplete: some token-bearing chunk lacked it).
+    ``text_tokens`` is the model's tokenizer over the streamed text (inexact).
+    """
+
+    token_ids: int | None = None  # ids listed in the chunks' ``token_ids``
+    chunk_usage: int | None = None  # the last per-chunk ``usage.completion_tokens``
+    final_usage: int | None = None  # the final usage-only event's ``completion_tokens``
+    final_prompt: int | None = None  # its ``prompt_tokens``
+    text_tokens: int | None = None
+    chunks: int = 0  # chunks that carried tokens (text or ids)
+    text: str = ""
 
 
 class _M(BaseModel):
@@ -61,6 +91,9 @@ class LevelMetrics(_M):
     e2e_p50_ms: float | None = None
     e2e_p99_ms: float | None = None
     decode_tok_s_per_req_p50: float | None = None
+    #: gaps between the reads that brought tokens (per chunk, not per token), beside ITL
+    chunk_gap_p50_ms: float | None = None
+    chunk_gap_p99_ms: float | None = None
     round_spread: float = 0.0
 
 
@@ -90,10 +123,14 @@ class ClientHealth(_M):
 
 
 class RoundResult(_M):
+    """One measured round (engine time). A level reports the median over its rounds."""
+
     round: int
     requests: int
     duration_s: float
     output_tok_s: float
+    total_tok_s: float | None = None  # None in results written before rounds kept them
+    requests_s: float | None = None
 
 
 class LevelResult(_M):
@@ -108,6 +145,9 @@ class LevelResult(_M):
     rounds: list[RoundResult] = Field(default_factory=list)
     errors: dict[str, int] = Field(default_factory=dict)
     count_mismatches: int = 0
+    #: what proved the output counts, request by request: source -> requests ("token ids",
+    #: "per-chunk usage", "tokenizer", "usage only", "none")
+    count_sources: dict[str, int] = Field(default_factory=dict)
     server: ServerObservation = ServerObservation()
     client: ClientHealth | None = None
     time_scale: float = 1.0

@@ -12,7 +12,7 @@ from actors.sim.predict import build_engine
 from actors.sim.scheduler import SimEngine
 from actors.sim.shapes import ModelShape
 
-__all__ = ["Fault", "SimServerConfig", "parse_fault"]
+__all__ = ["Fault", "StreamOptions", "SimServerConfig", "parse_fault"]
 
 FaultKind = Literal["none", "oom", "crash_after", "stall_after", "unhealthy", "slow_start",
                     "disconnect_after", "error_every", "short_by"]
@@ -41,6 +41,22 @@ def parse_fault(text: str | None) -> Fault:
     return Fault(kind=kind, value=float(value or 0))  # type: ignore[arg-type]
 
 
+class StreamOptions(BaseModel):
+    """How the sim streams: honest by default. The other settings make a limited or lying
+    server on purpose, to prove the load generator cannot be fooled (tests/e2e)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    token_ids: bool = True  # honour ``return_token_ids`` (each chunk lists its ids)
+    chunk_usage: bool = True  # honour ``stream_options.continuous_usage_stats``
+    final_usage: bool = True  # send the usage-only event (when ``include_usage``)
+    #: stream this many tokens fewer than the usage claims (spread over the stream)
+    withhold: int = Field(default=0, ge=0)
+    #: with ``withhold``: per-chunk usage claims the withheld tokens too (consistent lie)
+    inflate_chunk_usage: bool = False
+    duplicate_every: int = Field(default=0, ge=0)  # send every k-th token event twice
+
+
 class SimServerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -59,6 +75,8 @@ class SimServerConfig(BaseModel):
     trace: bool = False
     stats_interval_s: float = Field(default=10.0, gt=0)
     stream_interval: int = Field(default=1, ge=1)
+    stream: StreamOptions = StreamOptions()
+    tokenizer: str | None = None  # a directory with tokenizer.json: the text of the tokens
     profile_overrides: dict[str, float] = Field(default_factory=dict)  # e.g. calibrated
 
     @field_validator("profile")

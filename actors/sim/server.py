@@ -24,7 +24,10 @@ stops emitting after N generated tokens (health stays OK: a hang),
 ``unhealthy`` answers /health with 503 forever, ``slow_start:S`` sleeps S
 seconds first; for client tests ``disconnect_after:N`` drops each stream after
 N tokens, ``error_every:N`` answers every Nth request with HTTP 500 and
-``short_by:K`` decodes K fewer tokens than asked.
+``short_by:K`` decodes K fewer tokens than asked. ``SimServerConfig.stream``
+(``StreamOptions``) leaves count sources out or makes the stream lie (withheld
+tokens, inflated usage, duplicated events); ``tokenizer`` gives the tokens the text
+of a real tokenizer's words.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from actors.sim.metrics_text import render_metrics
 from actors.sim.scheduler import Seq
 from actors.sim.startup_log import oom_lines, startup_lines, stats_line
 from actors.sim.stream import Sink, StreamSink, usage_json
+from actors.sim.vocab import SimVocab
 
 __all__ = ["SimServer", "main"]
 
@@ -58,6 +62,7 @@ class SimServer:
     def __init__(self, cfg: SimServerConfig):
         self.cfg = cfg
         self.engine, self.memory = cfg.build()
+        self.vocab = SimVocab(cfg.tokenizer)
         self.scale = cfg.time_scale
         self.wake = asyncio.Event()
         self.finished_requests = 0
@@ -266,8 +271,9 @@ class SimServer:
             trace = self.trace.setdefault(rid, []) if self.trace is not None else None
             sink: Sink = StreamSink(
                 loop, request.transport, rid, self.cfg.served_name, chat,  # type: ignore[arg-type]
-                body.get("stream_options") or {}, self.cfg.stream_interval,
-                int(fault.value) if fault.kind == "disconnect_after" else 0, trace)
+                body, self.cfg.stream_interval,
+                int(fault.value) if fault.kind == "disconnect_after" else 0, trace,
+                self.vocab, self.cfg.stream)
         else:
             sink = Sink(loop)
         seq = self.engine.add(rid, plen, n_out, user=sink, arrival=self._sim_now())
@@ -285,7 +291,7 @@ class SimServer:
                 self.engine.abort(seq)
 
     def _whole(self, seq: Seq, chat: bool) -> web.Response:
-        text = "".join(f" t{i}" for i in range(seq.generated))
+        text = self.vocab.text(0, seq.generated)
         choice = ({"index": 0, "message": {"role": "assistant", "content": text},
                    "finish_reason": "length"} if chat else
                   {"index": 0, "text": text, "finish_reason": "length"})

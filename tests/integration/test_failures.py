@@ -64,7 +64,7 @@ def test_each_fault_is_classified(results, fault):
     if fault == "short_by:3":
         lv = r.levels[0]
         assert lv.status == "invalid" and lv.count_mismatches > 0
-        assert "token counts other than 32 in / 32 out" in lv.reason
+        assert "count_mismatch: token ids 29, per-chunk usage 29, usage 29 (asked 32)" in lv.reason
 
 
 def test_a_trial_that_never_gets_a_node_fails_instead_of_hanging(tmp_path, monkeypatch):
@@ -94,3 +94,31 @@ def test_a_trial_that_never_gets_a_node_fails_instead_of_hanging(tmp_path, monke
     [r] = Ledger.open("latest").results().values()
     assert (r.status.value, r.reason) == ("failed", "startup_timeout")
     assert "no node had room" in r.message and "place_timeout_s" in r.message
+
+
+def test_a_load_generator_that_cannot_start_is_a_client_error_with_its_cause(tmp_path,
+                                                                            monkeypatch):
+    """The LoadGenerator's constructor raises (the tokenizer leaves one usable token id):
+    an error of servesweep's client, not a lost node; the message keeps Python's error."""
+    from tokenizers import Tokenizer, models
+
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    two_words = Tokenizer(models.WordLevel({"hello": 0, "<s>": 1}, unk_token="hello"))
+    two_words.add_special_tokens(["<s>"])  # special: not sent, so one usable id is left
+    two_words.save(str(tok / "tokenizer.json"))
+    spec = minimal_spec(name="badtok")
+    spec["model"] = {"preset": "llama-3.1-8b", "tokenizer": str(tok)}
+    spec["workload"] = {"prompt_tokens": 32, "output_tokens": 8, "concurrency": [1],
+                        "rounds": 1, "warmup_requests": 0}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    monkeypatch.setenv("SERVESWEEP_HOME", str(tmp_path / "state"))
+    assert main(["run", str(path), "--quiet", "--no-mlflow"]) == 0
+    ledger = Ledger.open("latest")
+    [r] = ledger.results().values()
+    assert (r.status.value, r.reason) == ("failed", "client_error"), r.message
+    assert "LoadGenerator constructor raised ValueError: need at least two usable token ids" \
+        in r.message
+    assert "actors/loadgen/prompts.py" in r.message  # where it was raised
+    assert marked_processes(ledger.sweep_id + "/") == []  # the started server was stopped

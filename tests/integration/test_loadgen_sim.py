@@ -161,6 +161,7 @@ def test_prompts_are_distinct_token_ids_of_exact_length(healthy: str):
     b = bodies[0]
     assert b["ignore_eos"] is True and b["min_tokens"] == b["max_tokens"] == 16
     assert b["temperature"] == 0 and b["stream_options"]["include_usage"] is True
+    assert b["return_token_ids"] is True  # the strongest count of what was streamed
 
 
 @TRANSPORTS
@@ -174,9 +175,13 @@ def test_multi_token_chunks_count_every_token(tmp_path: Path):
     with sim_server(tmp_path, stream_interval=4) as url:
         res, core = run_level(url, workload())
     assert res["status"] == "valid", res["reason"]
-    assert "usage_reconciled" not in res["flags"]
+    assert not {"unverified", "itl_spread"} & set(res["flags"])
+    assert res["count_sources"] == {"token ids": 16}
     rows = csv_rows(core)
     assert all(int(r["chunks"]) < 16 and r["chunk_tokens"] == "16" for r in rows)
+    # every source's count side by side in the per-request CSV
+    assert all(r["ids_tokens"] == r["chunk_usage_tokens"] == r["final_usage_tokens"] == "16"
+               for r in rows)
 
 
 def test_open_loop_poisson_arrivals(healthy: str):
@@ -230,7 +235,8 @@ def test_fewer_tokens_than_asked_is_invalid_with_the_counts(tmp_path: Path, tran
         res, _ = run_level(url, workload(), transport=transport)
     assert res["status"] == "invalid"
     assert res["errors"] == {} and res["count_mismatches"] == 16
-    assert "other than 32 in / 16 out" in res["reason"] and "16 x 32 in / 13 out" in res["reason"]
+    assert "16 x count_mismatch: token ids 13, per-chunk usage 13, usage 13 (asked 16)" \
+        in res["reason"]
 
 
 def test_two_shards_split_the_streams_and_keep_exact_counts(healthy: str):

@@ -53,6 +53,8 @@ def test_sweep_completes_with_results_in_the_ledger(sweep):
             assert lv.client.shards == min(2, lv.concurrency)
         assert r.applied["cuda_graphs"] is True
         assert r.capacity is not None and r.capacity.pool_blocks > 0
+        # both profiles' logs state the max model length: 64 + 16 tokens, which fits
+        assert (r.capacity.max_model_len, r.capacity.rejects_requests) == (80, False)
         assert r.host["argv"][1:3] == ["-m", "actors.sim.server"]
 
 
@@ -74,6 +76,11 @@ def test_mlflow_has_parent_and_nested_runs_with_params_and_metrics(sweep):
         assert r.data.metrics["output_tok_s_c4"] > r.data.metrics["output_tok_s_c1"]
         history = client.get_metric_history(r.info.run_id, "output_tok_s")
         assert sorted(m.step for m in history) == [1, 4]  # x = concurrency
+        # every round's throughput is kept (step = round); the level's is their median
+        rounds = client.get_metric_history(r.info.run_id, "round_output_tok_s_c4")
+        assert sorted(m.step for m in rounds) == [0, 1]
+        mid = sum(m.value for m in rounds) / 2
+        assert r.data.metrics["output_tok_s_c4"] == pytest.approx(mid)
         # the client's self-check per level, and how it read
         cpu = client.get_metric_history(r.info.run_id, "client_cpu_frac")
         assert sorted(m.step for m in cpu) == [1, 4] and all(0 < m.value < 1.5 for m in cpu)

@@ -88,3 +88,15 @@ def test_real_tensor_parallel_sweep_on_two_h200s_and_the_sims_ranking(h200_home)
         assert predicted[2, c] > predicted[1, c]
     errors = [abs(predicted[k] / measured[k] - 1) for k in measured]
     assert sum(errors) / len(errors) < 0.15
+
+
+def test_every_real_level_reports_the_median_of_its_rounds_not_the_best(h200_home):
+    from actors.loadgen.stats import median
+
+    levels = [lv for d in SWEEPS.iterdir() if d.is_dir()
+              for r in Ledger.open(d.name).results().values() for lv in r.levels]
+    assert len(levels) == 24
+    for lv in levels:
+        tputs = [rr.output_tok_s for rr in lv.rounds]
+        assert len(tputs) == 2 and lv.metrics.output_tok_s == pytest.approx(median(tputs))
+        assert lv.metrics.output_tok_s < max(tputs)

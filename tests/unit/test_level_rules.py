@@ -1,11 +1,12 @@
-"""Level rules: invalid (errors, token counts), noisy (round spread), client_bound, metrics."""
+"""Level rules: invalid (errors, proven token counts), unverified, noisy (round spread),
+client_bound, metrics (median over rounds, ITL per token)."""
 
 from __future__ import annotations
 
 import pytest
 
 from actors.loadgen.level import CHAT_TEMPLATE_MAX_OVERHEAD, aggregate_level
-from actors.loadgen.results import ClientHealth, RequestRecord
+from actors.loadgen.results import ClientHealth, RequestRecord, StreamProof
 from orchestrator.spec import Workload
 
 W = Workload(prompt_tokens=16, output_tokens=4, concurrency=[2], rounds=3, warmup_requests=0)
@@ -13,9 +14,13 @@ HEALTHY = ClientHealth(loop_lag_p99_ms=0.5, cpu_frac=0.2)
 
 
 def rec(rnd: int, i: int, t0: float = 0.0, *, ttft: float = 0.010, gap: float = 0.002,
-        prompt: int = 16, out: int = 4, error: str | None = None, chunks: list[int] | None = None
-        ) -> RequestRecord:
+        prompt: int = 16, out: int = 4, error: str | None = None, chunks: list[int] | None = None,
+        proof: StreamProof | None = None) -> RequestRecord:
+    """A completed request; by default its stream proved ``out`` tokens by token ids,
+    per-chunk usage and the final usage alike."""
     r = RequestRecord(index=i, round=rnd, start=t0, prompt_tokens=prompt, completion_tokens=out)
+    r.proof = proof or StreamProof(token_ids=out, chunk_usage=out, final_usage=out,
+                                   final_prompt=prompt, chunks=len(chunks or [1] * out))
     if error:
         r.error, r.error_detail, r.end = error, f"{error} detail", t0 + ttft
         r.prompt_tokens = r.completion_tokens = None
@@ -91,20 +96,52 @@ def test_short_output_is_invalid_with_the_counts_never_averaged_in():
     records[1] = rec(0, 1, out=3, chunks=[1, 1, 1])
     res = level(records)
     assert res.status == "invalid" and res.count_mismatches == 2
-    assert "16 in / 4 out" in res.reason and "2 x 16 in / 3 out" in res.reason
+    assert "2 x count_mismatch: token ids 3, per-chunk usage 3, usage 3 (asked 4)" in res.reason
 
 
 def test_wrong_prompt_length_is_invalid_for_completions():
     records = good()
     records[2] = rec(0, 2, prompt=17)
     res = level(records)
-    assert res.status == "invalid" and "1 x 17 in / 4 out" in res.reason
+    assert res.status == "invalid" and "prompt 17 tokens (asked 16)" in res.reason
 
 
-def test_missing_usage_is_invalid():
+def test_usage_claiming_more_than_the_stream_carried_is_invalid_never_reconciled():
     records = good()
-    records[3].prompt_tokens = records[3].completion_tokens = None
-    assert level(records).status == "invalid"
+    records[0] = rec(0, 0, proof=StreamProof(final_usage=4, text_tokens=3, chunks=3))
+    records[1] = rec(0, 1, proof=StreamProof(token_ids=3, chunk_usage=4, final_usage=4, chunks=3))
+    res = level(records)
+    assert res.status == "invalid" and res.count_mismatches == 1
+    assert "usage_mismatch: counts disagree: token ids 3, per-chunk usage 4, usage 4" \
+        in res.reason
+    assert "unverified" not in res.flags  # an invalid level carries its reason, not the flag
+
+
+def test_usage_alone_is_unverified_and_still_reports_throughput_from_it():
+    records = good()
+    for r in records:
+        r.proof = StreamProof(final_usage=4, chunks=4)
+    res = level(records)
+    assert res.status == "valid" and "unverified" in res.flags
+    assert res.count_sources == {"usage only": 12}
+    assert res.metrics.output_tok_s == pytest.approx(16 / 0.1)
+    assert "besides the final usage" in res.reason
+
+
+def test_a_missing_final_usage_is_no_fault_when_token_ids_prove_the_count():
+    records = good()
+    for r in records:
+        r.proof = StreamProof(token_ids=4, chunks=4)
+        r.prompt_tokens = None
+    res = level(records)
+    assert res.status == "valid" and res.flags == [] and res.count_sources == {"token ids": 12}
+
+
+def test_nothing_counted_at_all_is_unverified():
+    records = good()
+    records[0].proof = StreamProof(chunks=4)
+    res = level(records)
+    assert res.status == "valid" and "unverified" in res.flags and "no count at all" in res.reason
 
 
 def test_chat_prompt_may_carry_template_overhead_within_the_limit():
@@ -113,7 +150,7 @@ def test_chat_prompt_may_carry_template_overhead_within_the_limit():
     assert level(ok, rounds=[(0, 0.1)], w=wc).status == "valid"
     over = [rec(0, i, prompt=16 + CHAT_TEMPLATE_MAX_OVERHEAD + 1) for i in range(4)]
     res = level(over, rounds=[(0, 0.1)], w=wc)
-    assert res.status == "invalid" and "16..80 in" in res.reason
+    assert res.status == "invalid" and "prompt 81 tokens (asked 16..80)" in res.reason
     under = [rec(0, i, prompt=15) for i in range(4)]
     assert level(under, rounds=[(0, 0.1)], w=wc).status == "invalid"
 
@@ -146,8 +183,35 @@ def test_client_bound_on_loop_lag_or_cpu(lag: float, cpu: float, bound: bool):
     assert res.status == "valid"
 
 
-def test_usage_reconciled_when_chunk_count_differs_from_usage():
-    records = good()
-    records[0].chunk_tokens = 3
-    res = level(records)
-    assert res.status == "valid" and "usage_reconciled" in res.flags
+@pytest.mark.parametrize("n_rounds, walls, median_wall", [
+    (2, [0.100, 0.125], None), (4, [0.100, 0.110, 0.125, 0.200], None),
+    (3, [0.100, 0.125, 0.110], 0.110)])
+def test_throughput_is_the_median_over_rounds_mean_of_middle_two_when_even(
+        n_rounds: int, walls: list[float], median_wall: float | None):
+    res = level(good(n_rounds), rounds=list(enumerate(walls)))
+    tputs = sorted(16 / x for x in walls)
+    mid = len(tputs) // 2
+    want = (16 / median_wall if median_wall else (tputs[mid - 1] + tputs[mid]) / 2)
+    assert res.metrics.output_tok_s == pytest.approx(want)
+    assert res.metrics.output_tok_s < max(tputs)  # never the faster round
+    assert [r.output_tok_s for r in res.rounds] == pytest.approx([16 / x for x in walls])
+    assert res.metrics.requests_s == pytest.approx(sorted(4 / x for x in walls)[mid] if
+                                                   median_wall else
+                                                   (sorted(4 / x for x in walls)[mid - 1] +
+                                                    sorted(4 / x for x in walls)[mid]) / 2)
+
+
+def test_itl_spreads_the_count_over_chunks_when_per_chunk_counts_are_unknown():
+    # 8 tokens in 4 chunks 4 ms apart, counted one per chunk by the client: per token the
+    # gap is 2 ms (TPOT), per chunk 4 ms
+    r = rec(0, 0, out=8, chunks=[1, 1, 1, 1], gap=0.004)
+    r.counts_known = False
+    w8 = W.model_copy(update={"output_tokens": 8})
+    res = level([r], rounds=[(0, 0.1)], w=w8)
+    assert res.status == "valid" and "itl_spread" in res.flags
+    m = res.metrics
+    assert m.chunk_gap_p50_ms == pytest.approx(4)
+    assert m.tpot_p50_ms == pytest.approx(12 / 7)
+    # 7 tokens after the first over 3 later chunks: shares 3, 2, 2 -> gaps 4/3, 2, 2 ms
+    assert m.itl_p50_ms == pytest.approx(2) and abs(m.itl_p50_ms - m.tpot_p50_ms) < 0.25 * \
+        m.tpot_p50_ms
