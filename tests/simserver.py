@@ -44,7 +44,7 @@ def sim_server(cfg: SimServerConfig, tmp: Path) -> Iterator[tuple[str, subproces
         while url is None:
             if proc.poll() is not None:
                 raise RuntimeError(f"sim exited {proc.returncode}: {log.read_text()[-2000:]}")
-            m = re.search(r"(?:on|running on) (http://127\.0\.0\.1:\d+)", log.read_text())
+            m = re.search(r"(?:on|running on) (https?://127\.0\.0\.1:\d+)", log.read_text())
             if m:
                 url = m.group(1)
             elif time.monotonic() > deadline:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from actors.sim.hardware import get_hardware
 from actors.sim.perf import PROFILES, MemoryPlan, SimConfig
@@ -77,7 +77,16 @@ class SimServerConfig(BaseModel):
     stream_interval: int = Field(default=1, ge=1)
     stream: StreamOptions = StreamOptions()
     tokenizer: str | None = None  # a directory with tokenizer.json: the text of the tokens
+    #: serve HTTPS with this PEM certificate and key (paths; both or neither)
+    tls_cert: str | None = None
+    tls_key: str | None = None
     profile_overrides: dict[str, float] = Field(default_factory=dict)  # e.g. calibrated
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> SimServerConfig:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("tls_cert and tls_key go together: give both or neither")
+        return self
 
     @field_validator("profile")
     @classmethod

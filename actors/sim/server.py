@@ -315,14 +315,21 @@ async def _serve(cfg: SimServerConfig) -> None:
         _log(line)
     runner = web.AppRunner(server.app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, cfg.host, cfg.port, backlog=4096)
+    tls = None
+    if cfg.tls_cert:
+        import ssl
+
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(cfg.tls_cert, cfg.tls_key)
+    site = web.TCPSite(runner, cfg.host, cfg.port, backlog=4096, ssl_context=tls)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     _log(f"INFO sim: init engine took {time.monotonic() - t0:.2f} s")
+    scheme = "https" if tls else "http"
     if cfg.profile == "trtllm":
-        _log(f"INFO:     Uvicorn running on http://{cfg.host}:{port} (Press CTRL+C to quit)")
+        _log(f"INFO:     Uvicorn running on {scheme}://{cfg.host}:{port} (Press CTRL+C to quit)")
     else:
-        _log(f"INFO sim: Starting sim server on http://{cfg.host}:{port}")
+        _log(f"INFO sim: Starting sim server on {scheme}://{cfg.host}:{port}")
     tasks = [asyncio.create_task(server.engine_loop()), asyncio.create_task(server.stats_loop())]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

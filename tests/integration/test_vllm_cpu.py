@@ -70,12 +70,16 @@ def test_both_trials_ok_with_valid_levels_and_exact_tokens(sweep):
         for lv in r.levels:
             assert lv.status == "valid", lv.reason
             assert lv.count_mismatches == 0 and not lv.errors
+            # real vLLM streams each chunk's token ids: every count proven by them
+            assert lv.count_sources == {"token ids": lv.requests} and \
+                "unverified" not in lv.flags, (lv.count_sources, lv.flags)
             assert lv.metrics.output_tok_s > 0 and lv.metrics.ttft_p50_ms > 0
         rows = list(csv.DictReader((sweep["ledger"].trial_dir(r.key) /
                                     "requests.csv").open()))
         assert rows and all(row["error"] == "" for row in rows)
         assert {(row["prompt_tokens"], row["completion_tokens"]) for row in rows} == {("64",
                                                                                         "32")}
+        assert {row["ids_tokens"] for row in rows} == {"32"}
 
 
 def test_applied_config_was_verified_from_the_server_log(sweep):
