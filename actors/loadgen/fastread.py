@@ -1,4 +1,4 @@
-"""The lean transport's native read pass (``fastread.c``): built on first use, optional.
+"""The lean transport's native read pass (``fastread.c``): built at install time, optional.
 
 Why: at one token per read the client's cost is per read, and in Python even a bare
 ``epoll`` + ``recvmsg`` loop spends about 15 us of a small VM core per token before
@@ -8,59 +8,44 @@ pass in one call; Python keeps every decision and all HTTP/SSE state
 (``pool.ConnectionPool._pass_native``), so both paths count the same tokens.
 
 Contract: ``reader()`` returns a ``NativeReader`` or None (then the pure-Python drain
-runs; ``why_not()`` says why). None where: not Linux, ``SERVESWEEP_NATIVE_READ=0``,
-no C compiler, or the build or load failed. The library is compiled once per source
-version into ``_build/`` next to this file (atomic rename, so concurrent first uses
-are safe), or into the user cache directory where the package is read-only.
+runs; ``why_not()`` says why). None where: not Linux, ``SERVESWEEP_NATIVE_READ=0``, the
+library was not built at install time (no C compiler then), or it does not load.
+
+The library is built once, when the package is installed (``setup.py``: an optional
+extension, so a missing compiler does not fail the install), as ``_fastread<EXT_SUFFIX>``
+next to this file; an editable install (``pip install -e .``) builds it in place. This
+module only loads it with ctypes: it compiles nothing and writes nothing at run time.
+After changing ``fastread.c``, rebuild it: ``pip install -e .`` or ``make`` (or
+``python setup.py build_ext --inplace``).
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import platform
-import shutil
-import subprocess
 import sys
-import tempfile
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 __all__ = ["NativeReader", "reader", "why_not", "FIELDS"]
 
 FIELDS = 5  # per read: fd, offset, length, kernel stamp ns (0: none), scan (-1: none)
-_SOURCE = Path(__file__).with_name("fastread.c")
+_NAME = "_fastread"  # setup.py's Extension("actors.loadgen._fastread", ...)
+_DIR = Path(__file__).parent  # where the install put it
 _state: dict[str, object] = {}
 
+NOT_BUILT = ("the native read pass was not built at install time: no C compiler was found "
+             "(or it failed: pip's log has the warning; no {name}*.so in {dir}); reinstall "
+             "with one (apt-get install gcc, then pip install -e . again)")
 
-def _build_dirs() -> list[Path]:
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return [_SOURCE.parent / "_build", cache / "servesweep"]
 
-
-def _compile(out: Path) -> str | None:
-    """Build the shared library at ``out``; None, or why it could not."""
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        return "no C compiler (cc/gcc) on PATH"
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
-        os.close(fd)
-    except OSError as err:
-        return f"cannot write {out.parent}: {err}"
-    try:
-        proc = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", tmp, str(_SOURCE)],
-                              capture_output=True, text=True, timeout=120)
-        if proc.returncode != 0:
-            return f"{cc} failed: {proc.stderr.strip()[:300]}"
-        os.replace(tmp, out)
-        return None
-    except (OSError, subprocess.SubprocessError) as err:
-        return f"{cc} failed: {err}"
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def _find(directory: Path) -> Path | None:
+    """The installed library in ``directory`` (this interpreter's suffix first), or None."""
+    for suffix in EXTENSION_SUFFIXES:
+        path = directory / (_NAME + suffix)
+        if path.is_file():
+            return path
+    return None
 
 
 def _load() -> ctypes.CDLL | str:
@@ -68,28 +53,19 @@ def _load() -> ctypes.CDLL | str:
         return f"native reads are Linux-only (this is {sys.platform})"
     if os.environ.get("SERVESWEEP_NATIVE_READ", "1") == "0":
         return "disabled by SERVESWEEP_NATIVE_READ=0"
-    tag = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:12]
-    name = f"fastread-{tag}-{platform.machine()}.so"
-    errors = []
-    for d in _build_dirs():
-        path = d / name
-        if not path.exists():
-            err = _compile(path)
-            if err is not None:
-                errors.append(err)
-                continue
-        try:
-            lib = ctypes.CDLL(str(path))
-        except OSError as err:
-            errors.append(f"cannot load {path}: {err}")
-            continue
+    path = _find(_DIR)
+    if path is None:
+        return NOT_BUILT.format(name=_NAME, dir=_DIR)
+    try:
+        lib = ctypes.CDLL(str(path))
         lib.ss_drain.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_long,
                                  ctypes.c_long, ctypes.c_void_p]
         lib.ss_drain.restype = ctypes.c_long
         lib.ss_scan.argtypes = [ctypes.c_char_p, ctypes.c_long]
         lib.ss_scan.restype = ctypes.c_longlong
-        return lib
-    return "; ".join(errors)
+    except (OSError, AttributeError) as err:
+        return f"cannot load {path}: {err}; reinstall to rebuild it (pip install -e .)"
+    return lib
 
 
 def _library() -> ctypes.CDLL | None:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import select
 import socket
+import subprocess
+import sys
 import time
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +19,8 @@ from actors.loadgen import fastread
 from actors.loadgen.http1 import _SO_TIMESTAMPNS, _scan
 from tests.conftest import FIXTURES
 
-pytestmark = pytest.mark.skipif(fastread.reader(1, 1) is None,
-                                reason=f"no native read pass here: {fastread.why_not()}")
+native = pytest.mark.skipif(fastread.reader(1, 1) is None,
+                            reason=f"no native read pass here: {fastread.why_not()}")
 
 TOKEN = (b'data: {"id":"c","object":"text_completion","choices":[{"index":0,"text":" a",'
          b'"finish_reason":null}],"usage":{"prompt_tokens":5,"completion_tokens":%d,'
@@ -43,6 +48,7 @@ def corpus() -> list[bytes]:
     return reads
 
 
+@native
 def test_native_scan_equals_the_python_scan_on_real_reads():
     reads = corpus()
     assert any(_scan(r) > 0 for r in reads) and any(_scan(r) < 0 for r in reads)
@@ -50,6 +56,7 @@ def test_native_scan_equals_the_python_scan_on_real_reads():
         assert fastread.scan(read) == _scan(read), read[:120]
 
 
+@native
 def test_native_scan_never_counts_what_python_would_not():
     """Random damage: C may refuse (-1) what Python's lenient ``int`` accepts (a space
     in a chunk size), never count differently."""
@@ -79,6 +86,7 @@ def pair():
     b.close()
 
 
+@native
 def test_drain_reads_stamps_and_scans_each_ready_socket(pair):
     a, b, ep = pair
     reader = fastread.reader(pass_size=4, per_read=65536)
@@ -105,6 +113,7 @@ def test_drain_reads_stamps_and_scans_each_ready_socket(pair):
     assert reader.drain(ep.fileno())[2] == 0
 
 
+@native
 def test_drain_reads_at_most_per_read_and_leaves_the_rest_for_the_next_pass(pair):
     a, b, ep = pair
     reader = fastread.reader(pass_size=2, per_read=100)
@@ -117,16 +126,21 @@ def test_drain_reads_at_most_per_read_and_leaves_the_rest_for_the_next_pass(pair
     assert got == [100, 100, 50]
 
 
-def test_without_a_compiler_the_python_pass_runs_and_says_why(monkeypatch, tmp_path):
-    """No usable compiler (or the switch off): ``reader`` is None and ``why_not`` names the
-    cause; the pool then reads with its Python pass."""
+@pytest.mark.skipif(sys.platform != "linux", reason="the native pass is Linux-only")
+def test_without_the_installed_library_the_python_pass_runs_and_says_why(monkeypatch,
+                                                                         tmp_path):
+    """Not built at install time (no compiler then; simulated by an empty package folder),
+    or the switch off: ``reader`` is None and ``why_not`` says why in plain words; the pool
+    then reads with its Python pass."""
     from actors.loadgen.pool import ConnectionPool
 
     monkeypatch.setattr(fastread, "_state", {})
-    monkeypatch.setattr(fastread, "_build_dirs", lambda: [tmp_path / "build"])
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setattr(fastread, "_DIR", tmp_path)
     assert fastread.reader(16, 65536) is None
-    assert "no-such-cc" in fastread.why_not() and not list((tmp_path / "build").iterdir())
+    why = fastread.why_not()
+    assert why.startswith("the native read pass was not built at install time: no C compiler")
+    assert "apt-get install gcc" in why and str(tmp_path) in why
+    assert not list(tmp_path.iterdir())  # nothing built in its place
     pool = ConnectionPool("http://127.0.0.1:9")
     assert pool.native is None
     asyncio.run(pool.close())
@@ -136,9 +150,25 @@ def test_without_a_compiler_the_python_pass_runs_and_says_why(monkeypatch, tmp_p
     assert "SERVESWEEP_NATIVE_READ=0" in fastread.why_not()
 
 
-def test_a_fresh_build_dir_gets_one_library_per_source_version(monkeypatch, tmp_path):
+@native
+def test_the_library_is_the_installed_file_and_nothing_is_built_at_run_time(monkeypatch):
+    """``reader`` loads ``_fastread<EXT_SUFFIX>`` that the install put next to fastread.py
+    (setup.py's optional extension); it runs no compiler and writes nothing there."""
+    package = Path(fastread.__file__).parent
+    installed = [package / ("_fastread" + s) for s in EXTENSION_SUFFIXES
+                 if (package / ("_fastread" + s)).is_file()]
+    assert installed, f"no _fastread*.so in {package}"
+    before = sorted(p.name for p in package.iterdir())
+
+    def no_compiler(*args, **kwargs):
+        raise AssertionError(f"a process started at run time: {args}")
+
+    for name in ("run", "Popen", "call", "check_call", "check_output"):
+        monkeypatch.setattr(subprocess, name, no_compiler)
+    monkeypatch.setattr(os, "system", no_compiler)
     monkeypatch.setattr(fastread, "_state", {})
-    monkeypatch.setattr(fastread, "_build_dirs", lambda: [tmp_path])
     assert fastread.reader(4, 1024) is not None, fastread.why_not()
-    built = [p.name for p in tmp_path.iterdir()]
-    assert len(built) == 1 and built[0].startswith("fastread-") and built[0].endswith(".so")
+    assert fastread._library()._name == str(installed[0])
+    assert fastread.scan(b"0\r\n\r\n") == -1
+    assert not hasattr(fastread, "subprocess") and not hasattr(fastread, "_compile")
+    assert sorted(p.name for p in package.iterdir()) == before  # nothing built there
