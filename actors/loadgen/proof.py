@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from actors.loadgen.results import RequestRecord, StreamProof
+from actors.loadgen.records import RequestRecord, StreamProof
 from actors.loadgen.sse import DONE, SSEParser
 
 __all__ = ["prove", "judge", "Verdict", "Judgement", "text_tolerance", "TEXT_TOLERANCE"]
@@ -44,7 +44,7 @@ def text_tolerance(n: int) -> int:
     return max(absolute, int(relative * n))
 
 
-class Verdict(str, enum.Enum):
+class Verdict(enum.StrEnum):
     """What the proof says of one request's output count."""
 
     VERIFIED = "verified"
@@ -59,6 +59,9 @@ class Judgement:
     count: int | None  # the proven output count (None: nothing counted it)
     source: str  # what proved it: "token ids", "per-chunk usage", "tokenizer", "usage only"
     detail: str = ""
+
+
+_decode = json.JSONDecoder().decode  # on str: no per-event encoding detection
 
 
 def _payloads(body: list[tuple[bool, bytes]]) -> Iterator[bytes]:
@@ -91,19 +94,16 @@ def prove(rec: RequestRecord, tokenizer: Any | None = None) -> StreamProof:
     parser = SSEParser()
     ids, usage_ok, ids_ok = 0, True, True
     texts: list[str] = []
-    events: list[bytes] = []
     try:
-        for payload in _payloads(rec.body):
-            events.extend(parser.feed(payload))
-    except ValueError:
-        pass
-    events.extend(parser.flush())
+        events = parser.feed(b"".join(_payloads(rec.body))) + parser.flush()
+    except ValueError:  # a framed read that is not whole chunks: count what parses
+        events = parser.flush()
     rec.body = []
     for data in events:
         if data == DONE:
             continue
         try:
-            ev = json.loads(data)
+            ev = _decode(data.decode("utf-8"))
         except ValueError:
             continue
         if not isinstance(ev, dict) or "error" in ev:
