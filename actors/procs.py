@@ -14,9 +14,9 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["MARKER_ENV", "spawn_group", "stop_group", "marked_processes", "reap"]
+from actors.contracts.settings import MARKER_ENV  # the marker variable; not a setting
 
-MARKER_ENV = "SERVESWEEP_MARKER"
+__all__ = ["MARKER_ENV", "spawn_group", "stop_group", "marked_processes", "reap"]
 
 
 def spawn_group(argv: list[str], env: dict[str, str], log_path: Path, cwd: Path,

@@ -24,11 +24,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-#: the Pythons that run our client and the vLLM client (overridable where there is no
-#: .venv / .venv-vllm, e.g. deploy/h200/loadgen_sustained.sh with vLLM on PYTHONPATH)
-PY = os.environ.get("SERVESWEEP_BENCH_PY") or (
-    str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").is_dir() else sys.executable)
-VLLM_PY = Path(os.environ.get("SERVESWEEP_VLLM_PY") or ROOT / ".venv-vllm" / "bin" / "python")
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from actors.contracts.settings import settings as env_settings  # noqa: E402 - ROOT first
+
+#: the Pythons that run our client and the vLLM client: SERVESWEEP_BENCH_PY and
+#: SERVESWEEP_VLLM_PYTHON (README "Settings") override them where there is no .venv /
+#: .venv-vllm, e.g. deploy/h200/loadgen_sustained.sh with vLLM on PYTHONPATH
+PY = str(env_settings().bench_py or (
+    ROOT / ".venv" / "bin" / "python" if (ROOT / ".venv").is_dir() else sys.executable))
+VLLM_PY = Path(env_settings().vllm_python or ROOT / ".venv-vllm" / "bin" / "python")
 SSE_SERVER = ROOT / "benchmarks" / "loadgen_sse_server.py"
 SSE_SERVER_C = ROOT / "benchmarks" / "sse_server.c"
 SSE_SERVER_BIN = RESULTS / "sse_server"
@@ -37,9 +42,6 @@ SSE_SERVER_BIN = RESULTS / "sse_server"
 DEFAULT_SERVER = "c" if shutil.which("gcc") else "python"
 _URL = re.compile(r"on (http://[\d.]+:\d+)")
 _PORT = re.compile(r"^(\d+)$")  # the C server's first line: its port (on 127.0.0.1)
-
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 
 def pinned(argv: list[str], cpus: str | None) -> list[str]:
@@ -125,9 +127,9 @@ def sim_server(tmp: Path, time_scale: float, trace: bool = False, cpus: str | No
                stream_interval: int = 1, max_num_seqs: int | None = None
                ) -> contextlib.AbstractContextManager:
     """The sim engine's server (llama-3.1-8b on an H100, vLLM profile)."""
+    from actors.contracts.shapes import load_shape
     from actors.sim.config import SimServerConfig
     from actors.sim.perf import SimConfig
-    from actors.sim.shapes import load_shape
 
     settings = SimConfig(max_num_seqs=max_num_seqs) if max_num_seqs else SimConfig()
     cfg = SimServerConfig(profile="vllm", hardware="h100-sxm", shape=load_shape("llama-3.1-8b"),
@@ -218,9 +220,9 @@ def _mean(xs: list[float]) -> float | None:
 
 def _ours(cfg: dict) -> dict:
     """Run one level with servesweep's LevelRunner; the fields a benchmark compares."""
+    from actors.contracts.config import Workload
     from actors.loadgen.level import LevelRunner
     from actors.loadgen.prompts import PromptFactory
-    from orchestrator.spec import Workload
 
     transport = cfg.get("transport", "lean")
     if transport == "lean-python":  # the lean transport with its pure-Python read pass

@@ -11,10 +11,10 @@ import argparse
 import json
 import time
 
-from actors.sim.hardware import get_hardware
+from actors.contracts.hardware import get_hardware
+from actors.contracts.shapes import get_preset
 from actors.sim.perf import SimConfig
 from actors.sim.predict import build_engine, simulate_closed_loop
-from actors.sim.shapes import get_preset
 
 
 def main() -> None:

@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from actors.contracts.shapes import get_preset  # noqa: E402
 from actors.sim.config import SimServerConfig  # noqa: E402
 from actors.sim.perf import SimConfig  # noqa: E402
-from actors.sim.shapes import get_preset  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from loadgen_common import proc_cpu_s  # noqa: E402
@@ -64,9 +64,9 @@ async def _run(host: str, port: int, streams: int, tokens: int) -> float:
 
 async def _client(url: str, streams: int, tokens: int) -> dict:
     """servesweep's own load generator (lean client) reading the same sim: who is the limit?"""
+    from actors.contracts.config import Workload
     from actors.loadgen.level import LevelRunner
     from actors.loadgen.prompts import PromptFactory
-    from orchestrator.spec import Workload
 
     w = Workload(prompt_tokens=32, output_tokens=tokens, concurrency=[streams], rounds=2,
                  warmup_requests=0, requests_per_round=streams)

@@ -12,9 +12,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from actors.contracts.shapes import get_preset
 from actors.sim.config import SimServerConfig, parse_fault
 from actors.sim.perf import SimConfig
-from actors.sim.shapes import get_preset
 from tests.conftest import ROOT
 
 

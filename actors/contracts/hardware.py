@@ -7,11 +7,12 @@ The catalog ships as ``hardware.yaml`` next to this module; a user file named by
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
+
+from actors.contracts.settings import settings
 
 __all__ = ["Hardware", "get_hardware", "hardware_names", "BYTES"]
 
@@ -64,16 +65,23 @@ class Hardware(BaseModel):
 def _catalog(extra: str | None) -> dict[str, Hardware]:
     raw = yaml.safe_load((Path(__file__).with_name("hardware.yaml")).read_text())
     if extra:
+        if not Path(extra).is_file():
+            raise FileNotFoundError(f"SERVESWEEP_HARDWARE_FILE={extra}: no such file")
         raw.update(yaml.safe_load(Path(extra).read_text()) or {})
     return {name: Hardware(name=name, **fields) for name, fields in raw.items()}
 
 
+def _user_file() -> str | None:
+    path = settings().hardware_file
+    return str(path) if path else None
+
+
 def hardware_names() -> list[str]:
-    return sorted(_catalog(os.environ.get("SERVESWEEP_HARDWARE_FILE")))
+    return sorted(_catalog(_user_file()))
 
 
 def get_hardware(name: str) -> Hardware:
-    cat = _catalog(os.environ.get("SERVESWEEP_HARDWARE_FILE"))
+    cat = _catalog(_user_file())
     if name not in cat:
         raise KeyError(f"unknown hardware {name!r}; known: {', '.join(sorted(cat))}")
     return cat[name]

@@ -10,13 +10,16 @@ method can be unit-tested on strings.
 from __future__ import annotations
 
 import abc
+import itertools
 import re
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from orchestrator.spec import (
+from actors.contracts.config import (
     LaunchOptions,
     ModelSpec,
     SimOptions,
@@ -24,13 +27,11 @@ from orchestrator.spec import (
     TrialConfig,
     Workload,
 )
+from actors.contracts.kv import KvPool
 
-__all__ = ["EngineAdapter", "LaunchContext", "LaunchPlan", "LogEvent", "MetricsSample",
-           "FAILURE_CLASSES", "parse_prometheus", "redact"]
+__all__ = ["EngineAdapter", "Extras", "LaunchContext", "LaunchPlan", "LogEvent", "MetricsSample",
+           "last_event", "parse_prometheus", "redact"]
 
-#: Failure classes of a trial (DESIGN.md "States, flags, winners").
-FAILURE_CLASSES = ("startup_oom", "startup_crash", "startup_timeout", "unhealthy",
-                   "crash_mid_run", "hang", "node_lost", "config_mismatch", "client_error")
 
 _SECRET_ENV = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD)", re.I)
 
@@ -80,6 +81,21 @@ class LogEvent:
     data: dict[str, Any] = field(default_factory=dict)
     line: str = ""
 
+    @classmethod
+    def from_summary(cls, summary: dict[str, Any]) -> LogEvent:
+        """The event back from its summary ``{"kind": ..., **data}`` (the host's
+        ``Readiness.events``; the raw line is not kept there)."""
+        return cls(str(summary["kind"]), {k: v for k, v in summary.items() if k != "kind"})
+
+
+def last_event(events: list[LogEvent], *kinds: str) -> tuple[int, LogEvent] | None:
+    """(index, event) of the last event of one of ``kinds`` that is not a dry run's."""
+    for i in range(len(events) - 1, -1, -1):
+        ev = events[i]
+        if ev.kind in kinds and not ev.data.get("dry_run"):
+            return i, ev
+    return None
+
 
 @dataclass(frozen=True)
 class MetricsSample:
@@ -114,6 +130,23 @@ def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]
     return out
 
 
+class Extras(BaseModel):
+    """Base of an adapter's ``extras_model``: frozen, unknown keys refused, types strict
+    (an int option takes no bool or string, a float option takes an int). Every field
+    is optional (``None``: not set); a field validator may refuse a value with a
+    ``ValueError`` whose text completes the sentence ``extras.<key> ...``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+def _type_name(annotation: Any) -> str:
+    """``int | None`` -> "int"; ``int | str | None`` -> "int or str"."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        names = [_type_name(a) for a in typing.get_args(annotation) if a is not type(None)]
+        return " or ".join(names)
+    return getattr(annotation, "__name__", str(annotation))
+
+
 class EngineAdapter(abc.ABC):
     """Contract for one engine. Subclasses register with ``@register``.
 
@@ -121,8 +154,9 @@ class EngineAdapter(abc.ABC):
 
     - ``build_launch`` returns an argv list and env that start exactly one server
       for the trial, bound to ``ctx.launch.host``; typed, allow-listed extras only
-      (``check_space`` rejects the rest when the spec is loaded, before anything
-      starts). Secrets go only into ``LaunchPlan.env`` / ``api_key``.
+      (``check_space`` validates every combination of an entry's extras through
+      ``extras_model`` when the spec is loaded, before anything starts). Secrets go
+      only into ``LaunchPlan.env`` / ``api_key``.
     - ``parse_log_line`` is pure and total: any line gives zero or more events,
       never an exception. Events the host relies on: ``listening`` (``port``),
       ``kv_pool`` (``tokens``, optional ``blocks``/``block_size``),
@@ -131,6 +165,39 @@ class EngineAdapter(abc.ABC):
       ``max_num_seqs``), and timings (``init_s``, ``compile_s``, ``graph_s``).
     - ``verify`` lists every difference between the requested and applied config
       (empty: verified). The host fails the trial as ``config_mismatch`` otherwise.
+    - ``kv_pool`` is the one derivation of the server's KV pool from its log events
+      (and a /metrics sample): the sweep's capacity check and ``servesweep capacity``
+      both call it.
+
+    Engine knowledge lives in adapters only: the driver, the host and the load
+    generator ask these attributes and methods, never the engine's name
+    (tests/unit/test_engine_names.py). Class attributes:
+
+    - ``name``: the ``engine:`` of a spec.
+    - ``admission``: "preempt_recompute" or "guaranteed_no_evict", how the engine admits
+      requests (``admission_for`` a given trial).
+    - ``extras_model``: the pydantic model (an ``Extras``) of the allowed ``extras``
+      keys, their types and per-key rules.
+    - ``launches_process``: False for endpoints servesweep does not start (``external``).
+    - ``per_chunk_usage``: whether the server honours
+      ``stream_options.continuous_usage_stats``.
+    - ``token_ids``: whether requests ask for ``return_token_ids``.
+    - ``picks_own_port``: whether the server takes port 0 and logs the port it bound.
+    - ``health_path``, ``metrics_path``: where the host polls health and scrapes metrics.
+    - ``serves_presets``: whether the engine can run a ``model.preset`` (a shape with no
+      weights: the sim); engines that serve real weights need ``model.path``.
+    - ``default_profile``: the ``profile`` a trial gets when its space entry names none
+      (the sim's imitated engine); None: the engine has no profiles.
+    - ``time_scaled``: whether the server runs in engine time scaled by
+      ``sim.time_scale`` (real seconds = engine seconds x time_scale); the load
+      generator and the forecast convert.
+    - ``sim_profile``: the sim performance-model profile that imitates this engine (the
+      planner's memory and prefill rules, ``plan --predict``, ``calibrate``); None: no
+      profile models it (``sim_profile_for`` a given trial).
+    - ``startup_s``: typical seconds to a healthy server, for ``plan --predict``
+      (``startup_estimate_s`` refines it per trial and hardware kind).
+    - ``kv_pool_hint``: the log lines ``kv_pool`` reads, for a message when a log has
+      none; None: the engine's log states no KV pool (``kv_pool`` is always None).
 
     Who kills what: the host owns the process group it started and is the only
     one to signal it; adapters never touch processes.
@@ -139,8 +206,8 @@ class EngineAdapter(abc.ABC):
     name: ClassVar[str]
     #: "preempt_recompute" or "guaranteed_no_evict": how the engine admits requests.
     admission: ClassVar[str] = "preempt_recompute"
-    #: Allowed ``extras`` keys and their types.
-    extras: ClassVar[dict[str, type]] = {}
+    #: Allowed ``extras`` keys, their types and rules (a frozen, strict ``Extras`` model).
+    extras_model: ClassVar[type[BaseModel]] = Extras
     #: False for endpoints servesweep does not start (``external``).
     launches_process: ClassVar[bool] = True
     #: Whether the server honours ``stream_options.continuous_usage_stats`` (usage in every
@@ -150,34 +217,79 @@ class EngineAdapter(abc.ABC):
     #: Whether requests ask for ``return_token_ids`` (each chunk lists its tokens' ids: the
     #: strongest count of what was streamed). Off for servers that reject unknown fields.
     token_ids: ClassVar[bool] = True
+    #: Whether the server takes port 0 and logs the port it bound (no port to pick for it).
+    picks_own_port: ClassVar[bool] = False
     health_path: ClassVar[str] = "/health"
     metrics_path: ClassVar[str] = "/metrics"
+    #: Whether the engine runs a ``model.preset`` (no weights); else it needs ``model.path``.
+    serves_presets: ClassVar[bool] = False
+    #: The ``profile`` of a trial whose space entry names none; None: no profiles.
+    default_profile: ClassVar[str | None] = None
+    #: Whether the server's clock is engine time x ``sim.time_scale``.
+    time_scaled: ClassVar[bool] = False
+    #: The sim performance-model profile that imitates this engine; None: none does.
+    sim_profile: ClassVar[str | None] = None
+    #: Typical seconds from launch to a healthy server (``plan --predict``).
+    startup_s: ClassVar[float] = 100.0
+    #: The log lines ``kv_pool`` reads (for messages); None: the log states no KV pool.
+    kv_pool_hint: ClassVar[str | None] = None
 
+    # -- the space and the plan -------------------------------------------------------------
     def check_space(self, entry: SpaceEntry) -> None:
         """Raise ValueError naming the field when a space entry cannot apply to this engine."""
-        for key, values in entry.extras.items():
-            if key not in self.extras:
-                allowed = ", ".join(sorted(self.extras)) or "none"
-                raise ValueError(f"extras.{key} is not an option of engine {self.name!r} "
-                                 f"(allowed: {allowed})")
-            typ = self.extras[key]
-            for v in values:
-                ok = isinstance(v, typ) and not (typ is int and isinstance(v, bool))
-                if typ is float and isinstance(v, int) and not isinstance(v, bool):
-                    ok = True
-                if not ok:
-                    raise ValueError(f"extras.{key} must be {typ.__name__}, got {v!r}")
+        self.check_extras(entry.extras)
         if any(p is not None for p in entry.profile):
             raise ValueError(f"profile applies to engine 'sim' only, not {self.name!r}")
+
+    def check_extras(self, extras: dict[str, list[Any]]) -> None:
+        """Validate every combination of the entry's extras through ``extras_model``;
+        pydantic's first error becomes one sentence naming ``extras.<key>``."""
+        keys = sorted(extras)
+        for combo in itertools.product(*(extras[k] for k in keys)):
+            try:
+                self.extras_model.model_validate(dict(zip(keys, combo)))
+            except ValidationError as err:
+                raise self._extras_error(err) from None
+
+    def _extras_error(self, err: ValidationError) -> ValueError:
+        errors = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        e = errors[0]
+        key = ".".join(str(part) for part in e["loc"]) or "?"
+        fields = self.extras_model.model_fields
+        if e["type"] == "extra_forbidden":
+            allowed = ", ".join(sorted(fields)) or "none"
+            return ValueError(f"extras.{key} is not an option of engine {self.name!r} "
+                              f"(allowed: {allowed})")
+        if e["type"] == "value_error":  # a field validator's own sentence
+            return ValueError(f"extras.{key} {e['msg'].removeprefix('Value error, ')}")
+        if e["type"].endswith("_type") and key in fields:
+            return ValueError(f"extras.{key} must be {_type_name(fields[key].annotation)}, "
+                              f"got {e['input']!r}")
+        return ValueError(f"extras.{key}: {e['msg'][:1].lower()}{e['msg'][1:]}, "
+                          f"got {e['input']!r}")
 
     def infeasible(self, trial: TrialConfig, hardware: str) -> str | None:
         """A reason this engine cannot run ``trial`` on ``hardware``, or None."""
         return None
 
+    def sim_profile_for(self, trial: TrialConfig) -> str | None:
+        """The sim profile that models ``trial``'s server (``sim_profile``), or None."""
+        return self.sim_profile
+
+    def startup_estimate_s(self, trial: TrialConfig, hw_kind: str) -> float:
+        """Seconds to a healthy server for ``trial`` on hardware of ``hw_kind`` (gpu|cpu)."""
+        return self.startup_s
+
+    # -- launching --------------------------------------------------------------------------
     @abc.abstractmethod
     def build_launch(self, trial: TrialConfig, ctx: LaunchContext) -> LaunchPlan:
         """The process to start (or the URL to reach) for ``trial``."""
 
+    def served_model_name(self, ctx: LaunchContext) -> str:
+        """The model name the load generator sends (what the server answers to)."""
+        return ctx.model.served_name or ctx.model.path or ctx.model.display_name
+
+    # -- reading the server -----------------------------------------------------------------
     def parse_log_line(self, line: str) -> list[LogEvent]:
         return []
 
@@ -191,6 +303,19 @@ class EngineAdapter(abc.ABC):
     def admission_for(self, trial: TrialConfig) -> str:
         """The admission policy this trial's server uses (for the capacity check)."""
         return self.admission
+
+    def default_block_size(self, device: str) -> int | None:
+        """Tokens per KV block the engine uses on ``device`` ("GPU"/"CPU") when nothing
+        says otherwise; None: no fixed default."""
+        return None
+
+    def kv_pool(self, events: list[LogEvent], metrics_sample: MetricsSample | None = None,
+                trial: TrialConfig | None = None, *,
+                block_size: int | None = None) -> KvPool | None:
+        """The KV pool the log ``events`` (and a /metrics sample) describe; None when they
+        state none. ``trial`` (when known) gives its admission policy; ``block_size`` is
+        a block size the caller knows (it wins, with source "given")."""
+        return None
 
     def verify(self, trial: TrialConfig, applied: dict[str, Any]) -> list[str]:
         """Mismatches between ``trial`` and the applied settings read from the server."""

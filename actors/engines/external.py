@@ -3,28 +3,35 @@
 from __future__ import annotations
 
 import os
-from typing import ClassVar
 
-from actors.engines.base import EngineAdapter, LaunchContext, LaunchPlan, MetricsSample
+from actors.contracts.config import SpaceEntry, TrialConfig
+from actors.engines.base import EngineAdapter, Extras, LaunchContext, LaunchPlan, MetricsSample
 from actors.engines.registry import register
 from actors.engines.vllm_log import parse_vllm_metrics
-from orchestrator.spec import SpaceEntry, TrialConfig
 
-__all__ = ["ExternalAdapter"]
+__all__ = ["ExternalAdapter", "ExternalExtras"]
+
+
+class ExternalExtras(Extras):
+    """``label``: a name for the endpoint (it only labels the trial)."""
+
+    label: str | None = None
 
 
 @register
 class ExternalAdapter(EngineAdapter):
     """Measures ``launch.base_url``; the API key comes from the env var ``launch.api_key_env``.
 
-    Nothing is started or stopped; the trial config only labels the endpoint.
-    ``extras.health_path`` overrides ``/health`` for servers that lack it.
+    Nothing is started or stopped; the trial config only labels the endpoint
+    (``extras.label`` names it). Health is polled at ``/v1/models``, which every
+    OpenAI-compatible server has. Its log is not servesweep's to read: no KV pool.
     """
 
     name = "external"
     launches_process = False
     health_path = "/v1/models"  # every OpenAI-compatible server has it
-    extras: ClassVar[dict[str, type]] = {"label": str}
+    extras_model = ExternalExtras
+    startup_s = 1.0  # already running: the first health check
 
     def check_space(self, entry: SpaceEntry) -> None:
         super().check_space(entry)

@@ -5,18 +5,36 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-from actors.engines.base import EngineAdapter, LaunchContext, LaunchPlan, LogEvent, MetricsSample
+from pydantic import Field, ValidationError, field_validator
+
+from actors.contracts.config import SpaceEntry, TrialConfig
+from actors.contracts.hardware import get_hardware
+from actors.contracts.kv import KvPool
+from actors.contracts.shapes import load_shape
+from actors.engines.base import (
+    EngineAdapter,
+    Extras,
+    LaunchContext,
+    LaunchPlan,
+    LogEvent,
+    MetricsSample,
+    last_event,
+)
 from actors.engines.registry import register
-from actors.engines.trtllm_log import parse_trtllm_line
-from actors.engines.vllm_log import applied_from_events, parse_vllm_line, parse_vllm_metrics
+from actors.engines.trtllm import fp8_unsupported
+from actors.engines.trtllm_log import parse_trtllm_line, trtllm_kv_pool
+from actors.engines.vllm_log import (
+    applied_from_events,
+    parse_vllm_line,
+    parse_vllm_metrics,
+    vllm_kv_pool,
+)
 from actors.sim.config import SimServerConfig, parse_fault
-from actors.sim.perf import PROFILES, SimConfig
-from actors.sim.shapes import load_shape
-from orchestrator.spec import SpaceEntry, TrialConfig
+from actors.sim.perf import DEFAULT_PROFILE, PROFILES, SimConfig
 
-__all__ = ["SimAdapter", "sim_settings"]
+__all__ = ["SimAdapter", "SimExtras", "sim_settings"]
 
 
 def sim_settings(trial: TrialConfig) -> SimConfig:
@@ -29,6 +47,28 @@ _HEADER = re.compile(r"servesweep-sim (?P<version>\S+): profile=(?P<profile>\w+)
                      r"cuda_graphs=(?P<cuda_graphs>True|False) time_scale=(?P<time_scale>[\d.e-]+)")
 _BEHIND = re.compile(r"sim: engine loop behind real time by (?P<seconds>[\d.]+) s")
 _POOL = re.compile(r"sim: KV pool (?P<blocks>\d+) blocks of (?P<block_size>\d+) tokens")
+#: the sim profile whose log imitates TensorRT-LLM's (the others print vLLM's lines)
+_TRTLLM_LOG = "trtllm"
+
+
+class SimExtras(Extras):
+    """The sim's extras: an injected ``fault`` and step-time ``jitter``."""
+
+    fault: str | None = None
+    jitter: float | None = Field(default=None, ge=0, lt=0.5)
+
+    @field_validator("fault")
+    @classmethod
+    def _fault(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            parse_fault(v)
+        except ValueError as err:  # pydantic's ValidationError, or float() of the value
+            why = err.errors()[0]["msg"] if isinstance(err, ValidationError) else str(err)
+            raise ValueError(f"{v!r}: use oom, crash_after:N, stall_after:N, unhealthy or "
+                             f"slow_start:S ({why})") from None
+        return v
 
 
 @register
@@ -40,32 +80,46 @@ class SimAdapter(EngineAdapter):
     """
 
     name = "sim"
-    extras: ClassVar[dict[str, type]] = {"fault": str, "jitter": float}
+    picks_own_port = True  # --port 0; "Starting sim server on http://HOST:PORT"
+    extras_model = SimExtras
+    serves_presets = True  # a shape preset is all the performance model needs
+    default_profile = DEFAULT_PROFILE
+    time_scaled = True
+    startup_s = 1.5
+    kv_pool_hint = ("'sim: KV pool N blocks of B tokens', or the KV pool lines of the engine "
+                    "its profile imitates")
 
     def check_space(self, entry: SpaceEntry) -> None:
-        saved = entry.profile
-        for p in saved:
+        for p in entry.profile:
             if p is not None and p not in PROFILES:
                 raise ValueError(f"profile {p!r} is not a sim profile; use one of "
                                  f"{', '.join(sorted(PROFILES))}")
-        for f in entry.extras.get("fault", []):
-            try:
-                parse_fault(str(f))
-            except ValueError as err:
-                raise ValueError(f"extras.fault {f!r}: use oom, crash_after:N, stall_after:N, "
-                                 f"unhealthy or slow_start:S ({err.errors()[0]['msg']})") from None
-        probe = entry.model_copy(update={"profile": [None]})
-        super().check_space(probe)
+        self.check_extras(entry.extras)
+
+    def infeasible(self, trial: TrialConfig, hardware: str) -> str | None:
+        # the trtllm profile imitates TensorRT-LLM's precision limits too
+        if self.sim_profile_for(trial) == _TRTLLM_LOG:
+            return fp8_unsupported(trial, get_hardware(hardware))
+        return None
+
+    def _profile(self, trial: TrialConfig) -> str:
+        return trial.profile or DEFAULT_PROFILE
+
+    def sim_profile_for(self, trial: TrialConfig) -> str | None:
+        return self._profile(trial)
 
     def admission_for(self, trial: TrialConfig) -> str:
-        return PROFILES[trial.profile or "vllm"].admission
+        return PROFILES[self._profile(trial)].admission
+
+    def served_model_name(self, ctx: LaunchContext) -> str:
+        return ctx.model.display_name  # the sim answers to the preset's (or served) name
 
     def server_config(self, trial: TrialConfig, ctx: LaunchContext) -> SimServerConfig:
         shape = load_shape(ctx.model.preset, ctx.model.path)
         settings = sim_settings(trial)
         return SimServerConfig(
-            profile=trial.profile or "vllm", hardware=ctx.hardware, shape=shape,
-            settings=settings, served_name=ctx.model.display_name,
+            profile=self._profile(trial), hardware=ctx.hardware, shape=shape,
+            settings=settings, served_name=self.served_model_name(ctx),
             max_model_len=trial.max_model_len or ctx.workload.request_tokens,
             time_scale=ctx.sim.time_scale, seed=ctx.sim.seed,
             jitter=float(trial.extras.get("jitter", 0.005)),
@@ -73,7 +127,7 @@ class SimAdapter(EngineAdapter):
             host=ctx.launch.host, port=ctx.port,
             stats_interval_s=max(1.0, 10.0 * ctx.sim.time_scale),
             stream_interval=ctx.sim.chunk_tokens(),
-            profile_overrides=ctx.sim.profiles.get(trial.profile or "vllm", {}))
+            profile_overrides=ctx.sim.profiles.get(self._profile(trial), {}))
 
     def build_launch(self, trial: TrialConfig, ctx: LaunchContext) -> LaunchPlan:
         cfg = self.server_config(trial, ctx)
@@ -114,8 +168,23 @@ class SimAdapter(EngineAdapter):
                 applied["max_model_len"] = int(ev.data["max_seq_len"])
         return applied
 
+    def kv_pool(self, events: list[LogEvent], metrics_sample: MetricsSample | None = None,
+                trial: TrialConfig | None = None, *,
+                block_size: int | None = None) -> KvPool | None:
+        """The pool in the format of the profile's engine (the profile from the sim's header
+        line, else the trial's). The sim states its exact pool (``KV pool N blocks of B
+        tokens`` or TensorRT-LLM's primary blocks) and keeps no null block: every block
+        is usable, whichever engine it imitates."""
+        header = last_event(events, "sim_header")
+        profile = (str(header[1].data["profile"]) if header is not None else
+                   self._profile(trial) if trial is not None else DEFAULT_PROFILE)
+        admission = PROFILES[profile].admission if profile in PROFILES else self.admission
+        if profile == _TRTLLM_LOG:
+            return trtllm_kv_pool(events, admission, metrics_sample, block_size)
+        return vllm_kv_pool(events, admission, metrics_sample, block_size, null_block=False)
+
     def verify(self, trial: TrialConfig, applied: dict[str, Any]) -> list[str]:
-        want = {"profile": trial.profile or "vllm", "tp": trial.tp, "weights": trial.weights,
+        want = {"profile": self._profile(trial), "tp": trial.tp, "weights": trial.weights,
                 "kv_dtype": trial.kv_dtype, "cuda_graphs": trial.cuda_graphs}
         return [f"{k}: requested {v!r}, server reports {applied.get(k)!r}"
                 for k, v in want.items() if applied.get(k) != v]

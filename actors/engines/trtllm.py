@@ -29,15 +29,30 @@ an FP8 checkpoint, and a local checkpoint that disagrees is refused before launc
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-from actors.engines.base import EngineAdapter, LaunchContext, LaunchPlan, LogEvent, MetricsSample
+from pydantic import field_validator
+
+from actors.contracts.config import SpaceEntry, TrialConfig
+from actors.contracts.hardware import Hardware, get_hardware
+from actors.contracts.kv import KvPool
+from actors.engines.base import (
+    EngineAdapter,
+    Extras,
+    LaunchContext,
+    LaunchPlan,
+    LogEvent,
+    MetricsSample,
+)
 from actors.engines.registry import register
 from actors.engines.trtllm_log import (
+    DEFAULT_TOKENS_PER_BLOCK,
+    KV_POOL_LINES,
     applied_from_trtllm_events,
     graphs_evidence,
     parse_trtllm_line,
     parse_trtllm_metrics,
+    trtllm_kv_pool,
 )
 from actors.engines.trtllm_options import (
     DEFAULT_GRAPH_MAX_BATCH,
@@ -52,12 +67,40 @@ from actors.engines.trtllm_options import (
     resolve_release,
     version_mm,
 )
-from actors.sim.hardware import get_hardware
-from orchestrator.spec import SpaceEntry, TrialConfig
 
-__all__ = ["TrtllmAdapter", "CHAT_MARGIN_TOKENS"]
+__all__ = ["TrtllmAdapter", "TrtllmExtras", "CHAT_MARGIN_TOKENS", "fp8_unsupported"]
 
 CHAT_MARGIN_TOKENS = 256  # room for the chat template around a sized prompt
+
+
+class TrtllmExtras(Extras):
+    """TensorRT-LLM's extras (see ``TrtllmAdapter``); the policies a release accepts are
+    checked against that release in ``check_space``."""
+
+    capacity_scheduler_policy: str | None = None
+    enable_block_reuse: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    cuda_graph_padding: bool | None = None
+    tokens_per_block: int | None = None
+
+    @field_validator("tokens_per_block")
+    @classmethod
+    def _positive(cls, v: int | None) -> int | None:
+        if v is not None and v <= 0:
+            raise ValueError(f"must be positive, got {v!r}")
+        return v
+
+
+def fp8_unsupported(trial: TrialConfig, hw: Hardware) -> str | None:
+    """TensorRT-LLM's FP8 weights or KV cache need compute capability 8.9+ (vLLM, by
+    contrast, runs FP8 weights weight-only on older GPUs). Also the sim's trtllm profile's."""
+    if hw.kind != "gpu":
+        return None
+    for what, prec in (("weights", trial.weights), ("KV cache", trial.kv_dtype)):
+        if prec == "fp8" and not hw.supports("fp8"):
+            return (f"TensorRT-LLM FP8 {what} need compute capability 8.9+; {hw.name} is "
+                    f"{hw.compute_capability}")
+    return None
 
 
 def _layout_hint(applied: dict[str, Any]) -> str | None:
@@ -90,11 +133,12 @@ class TrtllmAdapter(EngineAdapter):
     #: return_token_ids; its counts are proven by the model's tokenizer over the text
     token_ids = False
     admission = "guaranteed_no_evict"
-    extras: ClassVar[dict[str, type]] = {
-        "capacity_scheduler_policy": str, "enable_block_reuse": bool,
-        "enable_chunked_prefill": bool, "cuda_graph_padding": bool, "tokens_per_block": int}
+    extras_model = TrtllmExtras
     health_path = "/health"
     metrics_path = "/metrics"  # JSON iteration stats, not Prometheus
+    sim_profile = "trtllm"
+    startup_s = 150.0
+    kv_pool_hint = KV_POOL_LINES
 
     def check_space(self, entry: SpaceEntry) -> None:
         super().check_space(entry)
@@ -106,29 +150,25 @@ class TrtllmAdapter(EngineAdapter):
             if p not in release.policies:
                 raise ValueError(f"extras.capacity_scheduler_policy {p!r}: use one of "
                                  f"{', '.join(release.policies)}")
-        for n in entry.extras.get("tokens_per_block", []):
-            if int(n) <= 0:
-                raise ValueError(f"extras.tokens_per_block must be positive, got {n!r}")
         for kv in entry.kv_dtype:
             if kv not in KV_DTYPES:
                 raise ValueError(f"kv_dtype {kv!r}: TensorRT-LLM's KV cache dtype is 'auto' "
                                  "(the model's own) or 'fp8'")
-        from orchestrator.plan import expand_entry  # late: plan imports the engine registry
-
-        for trial in expand_entry(entry):
+        for trial in entry.expand():
             refuse_unknown(render_options(trial, release), release)
 
     def infeasible(self, trial: TrialConfig, hardware: str) -> str | None:
-        # FP8 (CC 8.9+) and NVFP4 (10.0+) are orchestrator.feasibility's rule for the trtllm
-        # family, which runs right after this; only what is TensorRT-LLM's own is here.
-        if get_hardware(hardware).kind != "gpu":
+        # NVFP4 (10.0+) is the planner's rule for every engine (orchestrator.planning.
+        # feasibility), which runs right after this
+        hw = get_hardware(hardware)
+        if hw.kind != "gpu":
             return f"TensorRT-LLM needs an NVIDIA GPU; hardware {hardware!r} has none"
         if not trial.cuda_graphs:  # else the same eager server would run under several keys
             if trial.graph_max_batch is not None:
                 return "graph_max_batch applies only with cuda_graphs: true"
             if "cuda_graph_padding" in trial.extras:
                 return "extras.cuda_graph_padding applies only with cuda_graphs: true"
-        return None
+        return fp8_unsupported(trial, hw)
 
     def admission_for(self, trial: TrialConfig) -> str:
         policy = str(trial.extras.get("capacity_scheduler_policy", "GUARANTEED_NO_EVICT"))
@@ -173,6 +213,17 @@ class TrtllmAdapter(EngineAdapter):
     def applied(self, events: list[LogEvent]) -> dict[str, Any]:
         return applied_from_trtllm_events(events)
 
+    def default_block_size(self, device: str) -> int | None:
+        return DEFAULT_TOKENS_PER_BLOCK
+
+    def kv_pool(self, events: list[LogEvent], metrics_sample: MetricsSample | None = None,
+                trial: TrialConfig | None = None, *,
+                block_size: int | None = None) -> KvPool | None:
+        admission = self.admission_for(trial) if trial is not None else self.admission
+        requested = trial.extras.get("tokens_per_block") if trial is not None else None
+        return trtllm_kv_pool(events, admission, metrics_sample, block_size,
+                              int(requested) if requested else None)
+
     def verify(self, trial: TrialConfig, applied: dict[str, Any]) -> list[str]:
         problems = []
         on, off = graphs_evidence(applied)
@@ -200,11 +251,12 @@ class TrtllmAdapter(EngineAdapter):
             problems.append("kv_dtype: requested fp8, " + (
                 f"server reports {got_kv!r}" if got_kv else
                 "but no log line states the KV cache dtype"))
-        for key, want, default in (("max_num_seqs", trial.max_num_seqs, DEFAULT_MAX_BATCH),
-                                   ("max_num_tokens", trial.max_num_tokens, DEFAULT_MAX_TOKENS)):
+        for key, requested, default in (
+                ("max_num_seqs", trial.max_num_seqs, DEFAULT_MAX_BATCH),
+                ("max_num_tokens", trial.max_num_tokens, DEFAULT_MAX_TOKENS)):
             got = applied.get(key)
-            if got is not None and got != (want or default):
-                problems.append(f"{key}: requested {want or default}, server reports {got}")
+            if got is not None and got != (requested or default):
+                problems.append(f"{key}: requested {requested or default}, server reports {got}")
         layout_related = [p for p in problems if p.startswith(("cuda_graph", "graph_", "kv_"))]
         hint = _layout_hint(applied) if layout_related else None
         return problems + ([f"hint: {hint}"] if hint else [])

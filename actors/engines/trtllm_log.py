@@ -13,10 +13,17 @@ import json
 import re
 from typing import Any
 
-from actors.engines.base import LogEvent, MetricsSample
+from actors.contracts.kv import KvPool
+from actors.engines.base import LogEvent, MetricsSample, last_event
 
 __all__ = ["parse_trtllm_line", "applied_from_trtllm_events", "parse_trtllm_metrics",
-           "graphs_evidence"]
+           "graphs_evidence", "trtllm_kv_pool", "DEFAULT_TOKENS_PER_BLOCK", "KV_POOL_LINES"]
+
+#: TensorRT-LLM's ``kv_cache_config.tokens_per_block`` when nothing sets it
+DEFAULT_TOKENS_PER_BLOCK = 32
+#: what ``trtllm_kv_pool`` needs in a log
+KV_POOL_LINES = ("'[MemUsageChange] Allocated X GiB for max tokens in paged KV cache (N)' or "
+                 "'Max KV cache blocks per sequence ... primary blocks=N'")
 
 _N = r"\d+(?:\.\d+)?"
 
@@ -186,6 +193,73 @@ def applied_from_trtllm_events(events: list[LogEvent]) -> dict[str, Any]:
     return applied
 
 
+def trtllm_kv_pool(events: list[LogEvent], admission: str,
+                   metrics: MetricsSample | None = None, block_size: int | None = None,
+                   requested_block_size: int | None = None) -> KvPool | None:
+    """The KV pool of a TensorRT-LLM(-format) log: None without a pool line.
+
+    The pool prints twice (a dry run, then the real one): the last line counts. The
+    primary block count is preferred to the token total (hybrid models count
+    non-attention state slots in the latter). Block size: ``block_size`` (given), the
+    blocks line's ``tokens per block``, ``Number of tokens per block``, /metrics
+    ``tokensPerBlock``, the trial's ``tokens_per_block``, the default (32). There is no
+    null block: every block is usable.
+    """
+    pool = last_event(events, "kv_pool")
+    primary = last_event(events, "kv_blocks", "blocks_per_window")
+    if pool is None and primary is None:
+        return None
+    evidence: list[int] = []
+    sources: list[str] = []
+    notes: list[str] = []
+    tokens = int(pool[1].data["tokens"]) if pool is not None else None
+    if pool is not None:
+        evidence.append(pool[0])
+        sources.append("log: KV pool tokens")
+    logged_bs = last_event(events, "block_size")
+    if block_size:
+        bs, bs_source = block_size, "given"
+    elif primary is not None and primary[1].data.get("block_size"):
+        bs, bs_source = int(primary[1].data["block_size"]), "tokens per block in the log"
+    elif logged_bs is not None:
+        bs, bs_source = int(logged_bs[1].data["block_size"]), "tokens per block in the log"
+        evidence.append(logged_bs[0])
+    elif metrics is not None and metrics.block_size:
+        bs, bs_source = metrics.block_size, "metrics"
+    elif requested_block_size:
+        bs, bs_source = requested_block_size, "trial config: extras.tokens_per_block"
+    else:
+        bs, bs_source = DEFAULT_TOKENS_PER_BLOCK, "TensorRT-LLM default"
+        notes.append(f"block size {bs} is TensorRT-LLM's default (tokens_per_block): pass "
+                     "--block-size if the server used another")
+    sources.append(f"block size: {bs_source}")
+    if primary is not None:
+        evidence.append(primary[0])
+        sources.append("log: KV blocks")
+        blocks = int(primary[1].data["blocks"])
+        if tokens is not None and tokens != blocks * bs:
+            notes.append(f"the token total ({tokens:,}) differs from primary blocks x block size "
+                         f"({blocks:,} x {bs}): using the primary block count")
+    elif metrics is not None and metrics.num_blocks:
+        blocks = metrics.num_blocks
+        sources.append("metrics: KV blocks")
+    else:
+        blocks = (tokens or 0) // bs
+    limits = last_event(events, "limits")
+    max_len = max_seqs = None
+    if limits is not None:
+        max_len = int(limits[1].data["max_seq_len"])
+        max_seqs = int(limits[1].data["max_batch_size"])
+        evidence.append(limits[0])
+        sources.append("log: max model length")
+    return KvPool(tokens=tokens, blocks=blocks, block_size=bs, usable_blocks=blocks,
+                  block_size_source=bs_source, max_model_len=max_len,
+                  max_model_len_source=("max_seq_len in the executor limits"
+                                        if max_len is not None else None),
+                  max_num_seqs=max_seqs, admission=admission, sources=sources, notes=notes,
+                  evidence=sorted(set(evidence)))
+
+
 def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
@@ -207,7 +281,8 @@ def parse_trtllm_metrics(text: str, t: float) -> MetricsSample:
     if not stats:
         return MetricsSample(t=t)
     last = max(stats, key=lambda s: _num(s.get("iter")) or 0.0)
-    kv = last.get("kvCacheStats") if isinstance(last.get("kvCacheStats"), dict) else {}
+    kv_stats = last.get("kvCacheStats")
+    kv: dict[str, Any] = kv_stats if isinstance(kv_stats, dict) else {}
     max_blocks, used = _num(kv.get("maxNumBlocks")), _num(kv.get("usedNumBlocks"))
     free = _num(kv.get("freeNumBlocks"))
     if used is None and max_blocks is not None and free is not None:

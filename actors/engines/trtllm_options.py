@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.spec import ModelSpec, TrialConfig
+from actors.contracts.config import ModelSpec, TrialConfig
 
 __all__ = ["Release", "resolve_release", "release_names", "render_options", "render_text",
            "unknown_keys", "refuse_unknown", "catalog_from_class", "checkpoint_precision",
@@ -108,8 +108,8 @@ def _installed() -> tuple[str, Any] | None:
     if importlib.util.find_spec("tensorrt_llm") is None:
         return None
     try:  # heavy (torch, CUDA libraries): only where TensorRT-LLM is really installed
-        import tensorrt_llm  # type: ignore[import-not-found]
-        from tensorrt_llm.llmapi import llm_args  # type: ignore[import-not-found]
+        import tensorrt_llm
+        from tensorrt_llm.llmapi import llm_args
     except Exception:  # noqa: BLE001  - a broken install validates against the table instead
         return None
     cls = getattr(llm_args, "TorchLlmArgs", None) or getattr(llm_args, "LlmArgs", None)
@@ -167,6 +167,14 @@ def catalog_from_class(cls: Any) -> tuple[frozenset[str], dict[str, frozenset[st
     return top, nested
 
 
+def _table_mm(name: str) -> tuple[int, int]:
+    """(major, minor) of a release named in trtllm_releases.yaml."""
+    mm = version_mm(name)
+    if mm is None:
+        raise ValueError(f"{RELEASES_FILE.name}: release {name!r} is not a version like '1.1'")
+    return mm
+
+
 def resolve_release(requested: str | None) -> Release:
     """The release to render for: ``requested``, else the installed one, else the newest 1.x.
 
@@ -181,7 +189,7 @@ def resolve_release(requested: str | None) -> Release:
     target = version_mm(want)
     if target is None:
         raise ValueError(f"launch.release {want!r} is not a version like '1.1'")
-    same = [n for n in names if version_mm(n)[0] == target[0] and version_mm(n) <= target]
+    same = [n for n in names if _table_mm(n)[0] == target[0] and _table_mm(n) <= target]
     if not same:
         raise ValueError(f"TensorRT-LLM release {want!r} is not in trtllm_releases.yaml "
                          f"(known: {', '.join(names)}); add its key list there")

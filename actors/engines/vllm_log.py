@@ -10,9 +10,16 @@ import ast
 import re
 from typing import Any
 
-from actors.engines.base import LogEvent, MetricsSample, parse_prometheus
+from actors.contracts.kv import KvPool
+from actors.engines.base import LogEvent, MetricsSample, last_event, parse_prometheus
 
-__all__ = ["parse_vllm_line", "parse_vllm_metrics", "applied_from_events", "pool_blocks"]
+__all__ = ["parse_vllm_line", "parse_vllm_metrics", "applied_from_events", "pool_blocks",
+           "vllm_kv_pool", "DEFAULT_BLOCK_SIZE", "KV_POOL_LINES"]
+
+#: Block size vLLM uses unless ``--block-size`` says otherwise (not printed in its log).
+DEFAULT_BLOCK_SIZE = {"CPU": 128, "GPU": 16}
+#: what ``vllm_kv_pool`` needs in a log
+KV_POOL_LINES = "'GPU KV cache size: N tokens' (or 'CPU KV cache size')"
 
 
 def _num(text: str) -> float:
@@ -174,6 +181,102 @@ def pool_blocks(tokens: int, block_size: int, max_model_len: int | None) -> int:
         return tokens // block_size
     per_request = -(-max_model_len // block_size)
     return round(tokens * per_request / max_model_len)
+
+
+def vllm_kv_pool(events: list[LogEvent], admission: str,
+                 metrics: MetricsSample | None = None, block_size: int | None = None,
+                 null_block: bool = True) -> KvPool | None:
+    """The KV pool of a vLLM(-format) log: None without a ``KV cache size`` line.
+
+    Blocks: a ``num_gpu_blocks_override`` line, else /metrics ``num_gpu_blocks`` (the
+    ``metrics`` sample, else a ``cache_config`` event the host added from its scrape),
+    else the logged tokens (``pool_blocks``). Block size: ``block_size`` (given), /metrics,
+    the log's ``--block-size`` argument, pool tokens / the block count, vLLM's default
+    on the device, in that order. A ``kv_blocks`` event (the sim's exact ``KV pool N
+    blocks of B tokens`` line) states both. With ``null_block`` (real vLLM) one block
+    fewer is usable: vLLM reserves block 0 as its null block (``num_gpu_blocks - 1``).
+    """
+    pool = last_event(events, "kv_pool")
+    if pool is None:
+        return None
+    evidence, sources, notes = [pool[0]], ["log: KV pool tokens"], []
+    tokens = int(pool[1].data["tokens"])
+    device = str(pool[1].data.get("device") or "GPU")
+    override = last_event(events, "blocks_override")
+    args = last_event(events, "args")
+    exact = last_event(events, "kv_blocks")
+    scraped = last_event(events, "cache_config")
+    m_bs = metrics.block_size if metrics else None
+    m_blocks = metrics.num_blocks if metrics else None
+    if scraped is not None:
+        m_bs = m_bs or scraped[1].data.get("block_size")
+        m_blocks = m_blocks or scraped[1].data.get("num_blocks")
+    blocks: int | None = None
+    if exact is not None:
+        blocks = int(exact[1].data["blocks"])
+        evidence.append(exact[0])
+        sources.append("log: KV blocks")
+    elif override is not None:
+        blocks = int(override[1].data["blocks"])
+        evidence.append(override[0])
+        sources.append("log: KV blocks")
+    elif m_blocks:
+        blocks = int(m_blocks)
+        sources.append("metrics: KV blocks")
+    if block_size:
+        bs, bs_source = block_size, "given"
+    elif exact is not None:
+        bs, bs_source = int(exact[1].data["block_size"]), "tokens per block in the log"
+    elif m_bs:
+        bs, bs_source = int(m_bs), "metrics"
+    elif args is not None and args[1].data.get("block_size"):
+        bs, bs_source = int(args[1].data["block_size"]), "the log's --block-size"
+        evidence.append(args[0])
+    elif blocks:
+        bs = max(1, tokens // blocks)
+        bs_source = ("pool tokens / num_gpu_blocks_override" if override is not None else
+                     "pool tokens / num_gpu_blocks")
+    else:
+        bs = DEFAULT_BLOCK_SIZE.get(device, DEFAULT_BLOCK_SIZE["GPU"])
+        bs_source = f"vLLM default on {device}"
+        notes.append(f"block size {bs} is vLLM's default on {device}: pass --block-size or "
+                     "--metrics if the server used another")
+    sources.append(f"block size: {bs_source}")
+    max_len, max_len_source = None, None
+    for hit, key, why in ((last_event(events, "engine_config"), "max_seq_len",
+                           "max_seq_len in the engine config line"),
+                          (args, "max_model_len", "max_model_len in the non-default args"),
+                          (last_event(events, "max_concurrency"), "len",
+                           "'Maximum concurrency for N tokens per request'")):
+        if hit is not None and hit[1].data.get(key):
+            max_len, max_len_source = int(hit[1].data[key]), why
+            evidence.append(hit[0])
+            sources.append("log: max model length")
+            break
+    if blocks is None:
+        blocks = pool_blocks(tokens, bs, max_len)
+        if max_len and max_len % bs:
+            notes.append(f"vLLM logs the pool as max concurrency x max_model_len ({max_len}, "
+                         f"not a multiple of {bs}): {blocks:,} blocks")
+    max_seqs = None
+    if args is not None and args[1].data.get("max_num_seqs"):
+        max_seqs = int(args[1].data["max_num_seqs"])
+        evidence.append(args[0])
+    estimate = last_event(events, "max_concurrency")
+    estimate_text = None
+    if estimate is not None:
+        d = estimate[1].data
+        estimate_text = f"{d['x']:,.2f}x concurrency for {int(d['len']):,}-token requests"
+        evidence.append(estimate[0])
+    if null_block:
+        notes.append("vLLM keeps one block as its null block: one block fewer is usable")
+    return KvPool(tokens=tokens, blocks=blocks, block_size=bs,
+                  usable_blocks=max(blocks - 1, 0) if null_block else blocks,
+                  block_size_source=bs_source, max_model_len=max_len,
+                  max_model_len_source=max_len_source,
+                  max_num_seqs=max_seqs, admission=admission,
+                  engine_estimate=estimate_text, sources=sources, notes=notes,
+                  evidence=sorted(set(evidence)))
 
 
 def parse_vllm_metrics(text: str, t: float) -> MetricsSample:

@@ -12,6 +12,7 @@ Modules, from one request up to the Ray actor:
 - ``results``: the pydantic records and results; ``actor``: the Ray actor.
 """
 
-from actors.loadgen.results import LevelMetrics, LevelResult, RequestRecord, ServerObservation
+from actors.contracts.results import LevelMetrics, LevelResult, ServerObservation
+from actors.loadgen.records import RequestRecord
 
 __all__ = ["LevelMetrics", "LevelResult", "RequestRecord", "ServerObservation"]

@@ -7,13 +7,14 @@ import io
 
 import ray
 
+from actors.contracts.config import Workload
+from actors.contracts.results import LevelResult
 from actors.engines import get_adapter
 from actors.loadgen.aggregate import request_itls
 from actors.loadgen.level import LevelRunner
 from actors.loadgen.prompts import PromptFactory, load_tokenizer, usable_token_ids
-from actors.loadgen.results import LevelResult, RequestRecord
+from actors.loadgen.records import RequestRecord
 from actors.loadgen.stats import median
-from orchestrator.spec import Workload
 
 __all__ = ["LoadGeneratorCore", "LoadGenerator", "records_csv"]
 
@@ -59,7 +60,7 @@ def records_csv(rows: list[tuple[int, RequestRecord]], t0: float) -> str:
 class LoadGeneratorCore:
     """Runs every concurrency level of a workload against ``base_url``.
 
-    ``run`` returns one ``LevelResult`` per level (as dicts, for Ray) and keeps
+    ``run`` returns one ``LevelResult`` per level and keeps
     the per-request records for ``records_csv``. A level whose requests could
     not even connect ends the run: the remaining levels are reported invalid
     with the same reason instead of hammering a dead server.
@@ -86,24 +87,24 @@ class LoadGeneratorCore:
         self._rows: list[tuple[int, RequestRecord]] = []
         self._t0: float | None = None
 
-    async def run_level(self, concurrency: int, level_index: int) -> dict:
+    async def run_level(self, concurrency: int, level_index: int) -> LevelResult:
         import time
 
         if self._t0 is None:
             self._t0 = time.perf_counter()
         res = await self.runner.run_level(concurrency, level_index)
         self._rows.extend((level_index, r) for r in self.runner.last_records)
-        return res.model_dump()
+        return res
 
-    async def run(self, levels: list[int] | None = None) -> list[dict]:
+    async def run(self, levels: list[int] | None = None) -> list[LevelResult]:
         out: list[LevelResult] = []
         for i, c in enumerate(levels or self.workload.concurrency):
-            res = LevelResult.model_validate(await self.run_level(c, i))
+            res = await self.run_level(c, i)
             out.append(res)
             dead = res.errors and set(res.errors) <= {"connect"}
             if dead:
                 break
-        return [r.model_dump() for r in out]
+        return out
 
     def records_csv(self) -> str:
         return records_csv(self._rows, self._t0 or 0.0)

@@ -17,18 +17,19 @@ rounds. ITL is per token: a chunk of k tokens after a gap g counts as k gaps of 
 
 from __future__ import annotations
 
-from actors.engines.base import MetricsSample
-from actors.loadgen.proof import Judgement, Verdict, judge, prove
-from actors.loadgen.results import (
+from actors.contracts.config import Workload
+from actors.contracts.results import (
     ClientHealth,
     LevelMetrics,
     LevelResult,
-    RequestRecord,
     RoundResult,
     ServerObservation,
 )
+from actors.contracts.states import LevelFlag, LevelStatus
+from actors.engines.base import MetricsSample
+from actors.loadgen.proof import Judgement, Verdict, judge, prove
+from actors.loadgen.records import RequestRecord
 from actors.loadgen.stats import median, percentile, spread
-from orchestrator.spec import Workload
 
 __all__ = ["aggregate_level", "prompt_matches", "judge_request", "request_itls",
            "CHAT_TEMPLATE_MAX_OVERHEAD", "LAG_LIMIT_MS", "CPU_LIMIT"]
@@ -111,7 +112,7 @@ def aggregate_level(concurrency: int, w: Workload, records: list[RequestRecord],
             unverified.append(j.detail)
         spread_itl |= not r.counts_known
     mismatches = sum(bad.values())
-    flags: list[str] = []
+    flags: list[LevelFlag] = []
     reason = ""
     invalid = bool(errors or mismatches or not records)
     if invalid:
@@ -137,20 +138,20 @@ def aggregate_level(concurrency: int, w: Workload, records: list[RequestRecord],
     if round_results and ok:
         metrics = _metrics(ok, counted, round_results, 1e3 / scale, scale)
         if metrics.round_spread > w.noise_band:
-            flags.append("noisy")
+            flags.append(LevelFlag.NOISY)
     if health.loop_lag_p99_ms > LAG_LIMIT_MS or health.cpu_frac > CPU_LIMIT:
-        flags.append("client_bound")
+        flags.append(LevelFlag.CLIENT_BOUND)
     if unverified and not invalid:
-        flags.append("unverified")
+        flags.append(LevelFlag.UNVERIFIED)
         reason = (f"unverified: {len(unverified)} request(s) counted from the server's usage "
                   f"alone ({unverified[0]})")
     if spread_itl:
-        flags.append("itl_spread")
+        flags.append(LevelFlag.ITL_SPREAD)
     if time_scale == 0:
-        flags.append("unpaced")
+        flags.append(LevelFlag.UNPACED)
     return LevelResult(
-        concurrency=concurrency, status="invalid" if invalid else "valid", flags=flags,
-        reason=reason, requests=len(records), metrics=metrics, rounds=round_results,
+        concurrency=concurrency, status=LevelStatus.INVALID if invalid else LevelStatus.VALID,
+        flags=flags, reason=reason, requests=len(records), metrics=metrics, rounds=round_results,
         errors=errors, count_mismatches=mismatches, count_sources=sources, server=_observe(samples),
         client=health, time_scale=time_scale)
 

@@ -11,7 +11,6 @@ proof (``proof``), which decides whether the counts are true.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -19,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from actors.loadgen.results import RequestRecord
+from actors.loadgen.records import RequestRecord
 from actors.loadgen.sse import DONE, SSEParser
 
 __all__ = ["build_body", "stream_request", "StreamCounter"]
@@ -189,7 +188,7 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: dict[st
             async for chunk in resp.content.iter_any():
                 counter.feed(chunk, time.perf_counter())
             counter.finish(time.perf_counter())
-    except asyncio.TimeoutError:
+    except TimeoutError:
         rec.error = "stall"
         rec.error_detail = "no data within the stall timeout"
     except aiohttp.ClientConnectorError as err:

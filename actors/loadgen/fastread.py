@@ -27,6 +27,8 @@ import sys
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
+from actors.contracts.settings import settings
+
 __all__ = ["NativeReader", "reader", "why_not", "FIELDS"]
 
 FIELDS = 5  # per read: fd, offset, length, kernel stamp ns (0: none), scan (-1: none)
@@ -51,7 +53,7 @@ def _find(directory: Path) -> Path | None:
 def _load() -> ctypes.CDLL | str:
     if sys.platform != "linux":
         return f"native reads are Linux-only (this is {sys.platform})"
-    if os.environ.get("SERVESWEEP_NATIVE_READ", "1") == "0":
+    if not settings().native_read:
         return "disabled by SERVESWEEP_NATIVE_READ=0"
     path = _find(_DIR)
     if path is None:

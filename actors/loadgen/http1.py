@@ -33,12 +33,9 @@ import socket
 import struct
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from actors.loadgen.client import _CHOICE, StreamCounter
-
-if TYPE_CHECKING:
-    from actors.loadgen.pool import ConnectionPool
 
 __all__ = ["Connection", "READ_SIZE", "arrival"]
 
@@ -95,6 +92,19 @@ def _scan(data: bytes) -> int:
     return last
 
 
+class PoolView(Protocol):
+    """What a ``Connection`` needs of the pool that reads for it (``pool.ConnectionPool``)."""
+
+    clock_offset: float  # CLOCK_REALTIME - perf_counter, for kernel receive stamps
+    token_gap: float  # running mean gap between a stream's tokens (coalescing)
+
+    def _register(self, conn: Connection) -> None: ...
+
+    def _unregister(self, conn: Connection) -> None: ...
+
+    def _forget(self, conn: Connection) -> None: ...
+
+
 class _HTTPError(Exception):
     """A malformed response: classified as ``protocol``."""
 
@@ -107,7 +117,7 @@ class Connection:
     while ``fast``), ``data_received`` (any other read) and ``_lost`` (closed, failed).
     A request's outcome lands in ``fut``: None, or (kind, detail, got_bytes)."""
 
-    def __init__(self, pool: ConnectionPool, sock: socket.socket | None = None,
+    def __init__(self, pool: PoolView, sock: socket.socket | None = None,
                  loop: asyncio.AbstractEventLoop | None = None):
         self.pool, self.sock, self.loop = pool, sock, loop
         self.closed = False

@@ -16,11 +16,14 @@ import asyncio
 import gc
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 
+from actors.contracts.config import Workload
+from actors.contracts.results import ClientHealth, LevelResult
+from actors.contracts.states import LevelStatus
 from actors.engines.base import MetricsSample
 from actors.loadgen.aggregate import (
     CHAT_TEMPLATE_MAX_OVERHEAD,
@@ -32,13 +35,12 @@ from actors.loadgen.client import build_body, stream_request
 from actors.loadgen.pool import PASS_SIZE, ConnectionPool, stream_request_lean
 from actors.loadgen.prompts import PromptFactory
 from actors.loadgen.proof import prove
-from actors.loadgen.results import ClientHealth, LevelResult, RequestRecord
+from actors.loadgen.records import RequestRecord
 from actors.loadgen.selfcheck import LagMonitor, cpu_seconds
 from actors.loadgen.shards import ShardOutcome, Sync, run_sharded, share
 from actors.loadgen.stats import percentile
-from orchestrator.spec import Workload
 
-__all__ = ["LevelRunner", "aggregate_level", "CHAT_TEMPLATE_MAX_OVERHEAD",
+__all__ = ["LevelRunner", "shard_main", "aggregate_level", "CHAT_TEMPLATE_MAX_OVERHEAD",
            "LAG_LIMIT_MS", "CPU_LIMIT", "TRANSPORTS"]
 
 #: Client transports: ``lean`` (``pool``, ``http1``: raw sockets read from one epoll set, the
@@ -104,6 +106,8 @@ class LevelRunner:
         if isinstance(session, ConnectionPool):
             await stream_request_lean(session, self.path, body, rec, headers)
         else:
+            if isinstance(body, bytes):  # _prepare builds bytes for the lean pool only
+                raise TypeError("a prebuilt request (bytes) needs the lean transport")
             await stream_request(session, self.url, body, rec, headers)
 
     def _body(self, index: int, salt: int) -> dict[str, Any]:
@@ -258,7 +262,7 @@ class LevelRunner:
                 async with session.get(url, headers=self.headers) as resp:
                     text = await resp.text()
                 samples.append(self.parse_metrics(text, time.perf_counter()))
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 pass
             await asyncio.sleep(0.25)
 
@@ -271,29 +275,30 @@ class LevelRunner:
         timed_out = False
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as msession:
             sampler = asyncio.create_task(self._sample_metrics(msession, samples))
+            work: Awaitable[object]
             try:
                 if shards == 1:
                     outs.append(ShardOutcome())
                     work = self.run_shard(concurrency, level_index, out=outs[0])
                 else:
-                    work = run_sharded(self._init, concurrency, level_index, shards,
-                                       w.level_timeout_s, outs)
+                    work = run_sharded(shard_main, self._init, concurrency, level_index,
+                                       shards, w.level_timeout_s, outs)
                 await asyncio.wait_for(work, timeout=w.level_timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 timed_out = True
             finally:
                 sampler.cancel()
         records = [r for o in outs for r in o.records]
         self.last_records = records  # kept for the per-request artifact
         if timed_out:
-            return LevelResult(concurrency=concurrency, status="invalid",
+            return LevelResult(concurrency=concurrency, status=LevelStatus.INVALID,
                                reason=f"level deadline of {w.level_timeout_s:.0f} s "
                                       "passed (server hung?)",
                                errors={"level_timeout": 1}, time_scale=self.time_scale,
                                requests=len(records), wall_s=time.perf_counter() - t_wall)
         broken = [o.error for o in outs if o.error]
         if broken:
-            return LevelResult(concurrency=concurrency, status="invalid",
+            return LevelResult(concurrency=concurrency, status=LevelStatus.INVALID,
                                reason=f"client shard failed: {broken[0][:300]}",
                                errors={"client_error": len(broken)}, time_scale=self.time_scale,
                                requests=len(records), wall_s=time.perf_counter() - t_wall)
@@ -308,3 +313,17 @@ class LevelRunner:
         result = aggregate_level(concurrency, w, records, rounds, samples, health,
                                  self.time_scale)
         return result.model_copy(update={"wall_s": time.perf_counter() - t_wall})
+
+
+def shard_main(init: dict[str, Any], concurrency: int, level: int, shard: int, shards: int,
+               barrier: Any, flag: Any, writer: Any, timeout: float) -> None:
+    """Entry point of a shard process: run its share, send back a ``ShardOutcome``."""
+    try:
+        runner = LevelRunner(**init)
+        out = asyncio.run(runner.run_shard(concurrency, level, shard, shards,
+                                           Sync(barrier, flag, timeout)))
+    except BaseException as err:  # noqa: BLE001 - reported to the parent, never lost
+        barrier.abort()
+        out = ShardOutcome(error=f"shard {shard}: {type(err).__name__}: {err}")
+    writer.send(out)
+    writer.close()

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 from actors.loadgen import fastread
 from actors.loadgen.client import StreamCounter
 from actors.loadgen.http1 import READ_SIZE, Connection, arrival
-from actors.loadgen.results import RequestRecord
+from actors.loadgen.records import RequestRecord
 
 __all__ = ["ConnectionPool", "PASS_SIZE", "stream_request_lean"]
 
@@ -302,15 +302,18 @@ async def stream_request_lean(pool: ConnectionPool, path: str, body: dict[str, A
         for attempt in range(2):
             try:
                 conn, reused = await pool.acquire()
-            except (OSError, asyncio.TimeoutError) as err:
+            except (TimeoutError, OSError) as err:
                 rec.error = "connect"
                 rec.error_detail = f"{type(err).__name__}: {err}"[:300]
                 return
+            sock = conn.sock
+            if sock is None:  # the pool opens every connection with its socket
+                raise RuntimeError("a pooled connection has no socket")
             fut = loop.create_future()
             conn._reset(counter, fut)
             conn.last_read = _perf()
             try:
-                await loop.sock_sendall(conn.sock, data)
+                await loop.sock_sendall(sock, data)
             except OSError as err:
                 conn.close()
                 conn.connection_lost(err)

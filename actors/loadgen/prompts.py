@@ -97,6 +97,8 @@ class PromptFactory:
 
     def _sized_text(self, ids: list[int], tries: int = 10) -> str:
         tok, n = self.tokenizer, self.length
+        if tok is None:
+            raise RuntimeError("sizing a text prompt needs the model's tokenizer")
         text = tok.decode(ids)
         for i in range(tries):
             got = tok.encode(text, add_special_tokens=False).ids

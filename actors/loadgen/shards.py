@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from actors.loadgen.results import RequestRecord
+from actors.loadgen.records import RequestRecord
 
 __all__ = ["ShardOutcome", "Sync", "run_sharded", "share"]
 
@@ -32,7 +33,7 @@ class ShardOutcome:
     cpu_s: float = 0.0
     busy_s: float = 0.0
     error: str = ""
-    reader: str = "python"  # ClientHealth.reader
+    reader: Literal["native", "python", "aiohttp"] = "python"  # ClientHealth.reader
 
 
 class Sync:
@@ -58,18 +59,22 @@ def share(total: int, k: int, shards: int) -> int:
     return total // shards + (1 if k < total % shards else 0)
 
 
-async def run_sharded(init: dict[str, Any], concurrency: int, level: int, shards: int,
-                      timeout: float, outs: list[ShardOutcome]) -> None:
+async def run_sharded(target: Callable[..., None], init: dict[str, Any], concurrency: int,
+                      level: int, shards: int, timeout: float,
+                      outs: list[ShardOutcome]) -> None:
     """Run one level over ``shards`` spawned processes; their outcomes are appended to
-    ``outs`` as they come (so a caller that times out keeps what arrived). ``init`` are the
-    ``LevelRunner`` arguments (picklable); every process is gone when this returns."""
+    ``outs`` as they come (so a caller that times out keeps what arrived). ``target`` is
+    each process's entry point (a module-level function, ``level.shard_main``), called
+    with ``init`` (the ``LevelRunner`` arguments, picklable), the level, the shard's
+    index and count, the barrier, the stop flag, the pipe's writing end and the
+    timeout; it must send one ``ShardOutcome``. Every process is gone when this returns."""
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(shards)
     flag = ctx.Value("i", 0)
     procs, readers = [], []
     for k in range(shards):
         reader, writer = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_shard_main, daemon=True, name=f"loadgen-shard-{k}",
+        p = ctx.Process(target=target, daemon=True, name=f"loadgen-shard-{k}",
                         args=(init, concurrency, level, k, shards, barrier, flag, writer,
                               timeout))
         p.start()
@@ -94,19 +99,3 @@ def _recv(reader: Any) -> ShardOutcome:
         return reader.recv()
     except EOFError:
         return ShardOutcome(error="shard process exited without a result")
-
-
-def _shard_main(init: dict[str, Any], concurrency: int, level: int, shard: int, shards: int,
-                barrier: Any, flag: Any, writer: Any, timeout: float) -> None:
-    """Entry point of a shard process: run its share, send back a ``ShardOutcome``."""
-    try:
-        from actors.loadgen.level import LevelRunner  # the level imports this module
-
-        runner = LevelRunner(**init)
-        out = asyncio.run(runner.run_shard(concurrency, level, shard, shards,
-                                           Sync(barrier, flag, timeout)))
-    except BaseException as err:  # noqa: BLE001 - reported to the parent, never lost
-        barrier.abort()
-        out = ShardOutcome(error=f"shard {shard}: {type(err).__name__}: {err}")
-    writer.send(out)
-    writer.close()

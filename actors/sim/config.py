@@ -6,11 +6,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from actors.sim.hardware import get_hardware
+from actors.contracts.hardware import get_hardware
+from actors.contracts.shapes import ModelShape
 from actors.sim.perf import PROFILES, MemoryPlan, SimConfig
 from actors.sim.predict import build_engine
 from actors.sim.scheduler import SimEngine
-from actors.sim.shapes import ModelShape
 
 __all__ = ["Fault", "StreamOptions", "SimServerConfig", "parse_fault"]
 

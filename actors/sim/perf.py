@@ -16,11 +16,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from actors.sim.hardware import BYTES, GIB, Hardware
-from actors.sim.shapes import ModelShape
+from actors.contracts.hardware import BYTES, GIB, Hardware
+from actors.contracts.shapes import ModelShape
 
-__all__ = ["EngineProfile", "PROFILES", "get_profile", "FITTABLE", "SimConfig", "MemoryPlan",
-           "plan_memory", "StepModel", "BatchShape", "graph_sizes"]
+__all__ = ["EngineProfile", "PROFILES", "DEFAULT_PROFILE", "get_profile", "FITTABLE", "SimConfig",
+           "MemoryPlan", "plan_memory", "StepModel", "BatchShape", "graph_sizes"]
 
 
 class EngineProfile(BaseModel):
@@ -78,6 +78,9 @@ PROFILES: dict[str, EngineProfile] = {
         sched_us_per_seq=20, activation_reserve_gib=0.8, graph_pool_gib=0.4),
 }
 
+#: The profile of a sim trial whose space entry names none, and the one that forecasts an
+#: engine no profile imitates.
+DEFAULT_PROFILE = "vllm"
 
 #: Profile fields ``calibrate`` fits (and ``sim.profiles`` may override).
 FITTABLE = ("gemm_eff", "mem_eff", "eager_us_per_layer", "graph_us_per_layer", "sched_us_per_seq",

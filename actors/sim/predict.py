@@ -11,10 +11,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from actors.sim.hardware import Hardware
+from actors.contracts.hardware import Hardware
+from actors.contracts.shapes import ModelShape
 from actors.sim.perf import MemoryPlan, SimConfig, StepModel, get_profile, plan_memory
 from actors.sim.scheduler import SimEngine
-from actors.sim.shapes import ModelShape
 
 __all__ = ["build_engine", "resolve_limits", "simulate_closed_loop", "LevelPrediction"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from actors.sim.hardware import GIB
+from actors.contracts.hardware import GIB
 from actors.sim.perf import PROFILES, MemoryPlan, graph_sizes
 
 __all__ = ["startup_lines", "oom_lines", "stats_line", "SIM_VERSION"]
@@ -99,7 +99,7 @@ def startup_lines(cfg, mem: MemoryPlan) -> list[str]:
 
 
 def cfg_hbm(cfg) -> float:
-    from actors.sim.hardware import get_hardware
+    from actors.contracts.hardware import get_hardware
 
     return get_hardware(cfg.hardware).hbm_gib
 

@@ -13,7 +13,7 @@ export PYTHONPATH=$PWD:$PYTHONPATH SERVESWEEP_HOME=/tmp/state RAY_AUTH_MODE=disa
 if [ -f /tmp/model.pid ]; then while kill -0 "$(cat /tmp/model.pid)" 2>/dev/null; do sleep 1; done; fi
 tail -n 2 /tmp/model.log 2>/dev/null
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-timeout -s INT "${SWEEP_BUDGET_S:-530}" python3 -m orchestrator.cli run "$SPEC" --no-mlflow 2>&1 | tee /tmp/sweep.out
+timeout -s INT "${SWEEP_BUDGET_S:-530}" python3 -m orchestrator.commands.cli run "$SPEC" --no-mlflow 2>&1 | tee /tmp/sweep.out
 rc=${PIPESTATUS[0]}
 id=$(cat /tmp/state/sweeps/LATEST 2>/dev/null)
 if [ -n "${OUT:-}" ] && [ -n "$id" ]; then

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from orchestrator.calibrate import calibrate, collect_points
 from orchestrator.errors import EXIT_OK, UsageError
+from orchestrator.results.calibrate import calibrate, collect_points
 
 __all__ = ["add_parser", "cmd_calibrate"]
 
@@ -31,9 +31,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from actors.sim.shapes import load_shape
-    from orchestrator.ledger import Ledger
-    from orchestrator.plan import spec_shape
+    from actors.contracts.shapes import load_shape
+    from orchestrator.planning.plan import spec_shape
+    from orchestrator.results.ledger import Ledger
     from orchestrator.spec import load_spec
 
     ledgers = [Ledger.open(ref) for ref in args.sweeps]
@@ -43,6 +43,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         spec = load_spec(ledger.dir / "spec.yaml")
         for name, pts in collect_points(list(ledger.results().values()), spec).items():
             groups.setdefault(name, []).extend(pts)
+    if spec is None:  # argparse's nargs="+" gives at least one sweep
+        raise UsageError("name at least one sweep to calibrate against")
     ledger = ledgers[0]
     try:
         shape = load_shape(path=args.model_config) if args.model_config else spec_shape(spec)

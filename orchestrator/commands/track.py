@@ -42,10 +42,10 @@ def track_sweep(ledger, spec, tracker, results, plots: list[Path]) -> str:
 
 
 def cmd_track(args: argparse.Namespace) -> int:
-    from orchestrator.ledger import Ledger, state_root
-    from orchestrator.report import write_plots
+    from orchestrator.results.ledger import Ledger, state_root
+    from orchestrator.results.report import write_plots
+    from orchestrator.results.tracking import Tracker
     from orchestrator.spec import load_spec
-    from orchestrator.tracking import Tracker
 
     ledger = Ledger.open(args.sweep)
     spec = load_spec(ledger.dir / "spec.yaml")

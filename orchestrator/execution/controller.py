@@ -18,18 +18,21 @@ from typing import Any
 
 import ray
 
+from actors.contracts.results import TrialResult
+from actors.contracts.shapes import ModelShape
+from actors.contracts.states import TrialStatus
 from actors.procs import reap
-from actors.sim.shapes import ModelShape
-from orchestrator.ledger import Ledger
-from orchestrator.plan import PlannedTrial, plan_sweep, spec_shape
-from orchestrator.progress import Progress
-from orchestrator.results import TrialResult, TrialStatus
-from orchestrator.search import Searcher, make_searcher
+from orchestrator.execution.cluster import Cluster, RayCluster
+from orchestrator.execution.progress import Progress
+from orchestrator.execution.trial import TrialExecution, TrialPhase
+from orchestrator.planning.plan import PlannedTrial, plan_sweep, spec_shape
+from orchestrator.planning.search import Searcher, make_searcher
+from orchestrator.results.events import Interrupted, Scheduled, Started
+from orchestrator.results.ledger import Ledger
+from orchestrator.results.tracking import Tracker
 from orchestrator.spec import SweepSpec
-from orchestrator.tracking import Tracker
-from orchestrator.trial_exec import TrialExecution
 
-__all__ = ["SweepController", "connect_ray", "cluster_gpus_per_node"]
+__all__ = ["SweepController", "connect_ray"]
 
 
 def connect_ray(spec: SweepSpec) -> None:
@@ -47,28 +50,24 @@ def connect_ray(spec: SweepSpec) -> None:
                  **kwargs)
 
 
-def cluster_gpus_per_node() -> tuple[int, int]:
-    """(largest GPU count of any alive node, total GPUs)."""
-    per_node = [int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n.get("Alive")]
-    return (max(per_node) if per_node else 0), sum(per_node)
-
-
 class SweepController:
     def __init__(self, spec: SweepSpec, ledger: Ledger, tracker: Tracker | None,
-                 progress: Progress | None = None, tick_s: float = 0.5):
+                 progress: Progress | None = None, tick_s: float = 0.5,
+                 cluster: Cluster | None = None):
         self.spec, self.ledger, self.tracker = spec, ledger, tracker
         self.tick_s = tick_s
+        self.cluster: Cluster = cluster if cluster is not None else RayCluster()
         self.shape: ModelShape | None = spec_shape(spec)
-        gpn, total = cluster_gpus_per_node()
+        gpn, total = self.cluster.gpus_per_node()
         self.use_gpus = total > 0
         self.max_concurrent = spec.cluster.max_concurrent_trials or max(1, total or 1)
         self.planned: list[PlannedTrial] = plan_sweep(spec, gpn if self.use_gpus else None)
         self.results: dict[str, TrialResult] = ledger.results()
-        done = {k: r for k, r in self.results.items() if r.status.is_finished()}
+        done = dict(self.results)
         self.searcher: Searcher = make_searcher(spec.search, self.planned, done, ledger.dir,
                                                 ledger.sweep_id)
         self.progress = progress or Progress(self.searcher.total)
-        self.running: dict[ray.ObjectRef, TrialExecution] = {}
+        self.running: dict[Any, TrialExecution] = {}  # in-flight ref -> its trial
         self.failures = 0
         self.exhausted = False
         self.stopping = False
@@ -82,7 +81,7 @@ class SweepController:
         self._record_pruned()
         if not self.running:
             return
-        ready, _ = ray.wait(list(self.running), num_returns=1, timeout=self.tick_s)
+        ready = self.cluster.wait(list(self.running), self.tick_s)
         for ref in ready:
             trial = self.running.pop(ref)
             nxt = trial.advance(ref)
@@ -99,7 +98,7 @@ class SweepController:
         """A trial waiting for a node has no deadline while another trial of this sweep
         holds one (it waits its turn); when none does, the cluster should have room, so it
         gets ``failure.place_timeout_s``, after which it fails instead of waiting forever."""
-        placing = [t for t in self.running.values() if t.phase == "place"]
+        placing = [t for t in self.running.values() if t.phase is TrialPhase.PLACE]
         holding = len(placing) < len(self.running)
         for trial in placing:
             if holding:
@@ -107,7 +106,7 @@ class SweepController:
             elif trial.deadline is None:
                 trial.deadline = now + self.spec.failure.place_timeout_s
 
-    def _continue(self, trial: TrialExecution, nxt: ray.ObjectRef | None) -> None:
+    def _continue(self, trial: TrialExecution, nxt: Any) -> None:
         if nxt is not None:
             self.running[nxt] = trial
         elif trial.result is not None:
@@ -123,9 +122,9 @@ class SweepController:
             self.progress.trial_started(key, planned.config.label())
             trial = TrialExecution(planned, self.spec, self.ledger.sweep_id,
                                    self.ledger.trial_dir(key), self.shape, self.use_gpus,
-                                   on_event=self._on_event)
-            self.ledger.append({"type": "scheduled", "key": key,
-                                "config": planned.config.model_dump(mode="json")})
+                                   self.cluster, on_event=self._on_event)
+            self.ledger.append(Scheduled(key=key,
+                                         config=planned.config.model_dump(mode="json")))
             self.running[trial.begin()] = trial
 
     def _record_pruned(self) -> None:
@@ -142,7 +141,7 @@ class SweepController:
 
     def _on_event(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "started":
-            self.ledger.append({"type": "started", **data})
+            self.ledger.append(Started(**data))
         self.progress.event(kind, data)
 
     def _record(self, result: TrialResult, trial_dir: Path | None) -> None:
@@ -170,6 +169,15 @@ class SweepController:
                 self.stopping = True
                 self.exhausted = True
         self.ledger.write_state(self.state())
+
+    def trial_sets(self) -> dict[str, set[str]]:
+        """Trial keys by where they are: ``pending`` (feasible, not started), ``running``
+        (a call in flight) and ``finished`` (a final result in the ledger)."""
+        running = {t.key for t in self.running.values()}
+        finished = {k for k, r in self.results.items() if r.status is not TrialStatus.INFEASIBLE}
+        feasible = {p.config.key() for p in self.planned if p.feasible}
+        return {"pending": feasible - running - finished, "running": running,
+                "finished": finished}
 
     def state(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
@@ -202,7 +210,7 @@ class SweepController:
             trial.abort(reason)
         self.running.clear()
         left = reap(f"{self.ledger.sweep_id}/")
-        self.ledger.append({"type": "interrupted", "reason": reason, "reaped": left})
+        self.ledger.append(Interrupted(reason=reason, reaped=left))
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -6,8 +6,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from actors.loadgen.results import LevelResult
-from orchestrator.results import TrialResult
+from actors.contracts.results import LevelResult, TrialResult
 
 __all__ = ["Progress", "level_line"]
 

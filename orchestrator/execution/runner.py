@@ -9,9 +9,10 @@ import time
 
 from actors.procs import marked_processes, reap
 from orchestrator.errors import EXIT_OK, UsageError
-from orchestrator.ledger import Ledger
+from orchestrator.results.events import DriverStarted, Reaped
+from orchestrator.results.ledger import Ledger
+from orchestrator.results.tracking import Tracker
 from orchestrator.spec import SweepSpec
-from orchestrator.tracking import Tracker
 
 __all__ = ["execute", "reap_orphans", "INTERRUPTED"]
 
@@ -40,11 +41,11 @@ def reap_orphans(root) -> list[str]:
             ledger = Ledger.open(sweep_id, root)
         except UsageError:
             continue  # another state root's sweep: not ours to judge
-        drivers = [e for e in ledger.events() if e.get("type") == "driver"
-                   and e.get("host") == host]
-        if drivers and not _alive(int(drivers[-1]["pid"])):
+        drivers = [e for e in ledger.events() if isinstance(e, DriverStarted)
+                   and e.host == host]
+        if drivers and not _alive(drivers[-1].pid):
             reap(f"{sweep_id}/")
-            ledger.append({"type": "reaped", "reason": "driver gone", "by": os.getpid()})
+            ledger.append(Reaped(reason="driver gone", by=os.getpid()))
             reaped.append(sweep_id)
     return reaped
 
@@ -57,11 +58,11 @@ def execute(spec: SweepSpec, ledger: Ledger, tracker: Tracker | None, quiet: boo
             total: int) -> int:
     import ray
 
-    from orchestrator.progress import Progress
-    from orchestrator.report import render_text, report_json, winners_export, write_plots
-    from orchestrator.sweep import SweepController, connect_ray
+    from orchestrator.execution.controller import SweepController, connect_ray
+    from orchestrator.execution.progress import Progress
+    from orchestrator.results.report import render_text, report_json, winners_export, write_plots
 
-    ledger.append({"type": "driver", "pid": os.getpid(), "host": socket.gethostname()})
+    ledger.append(DriverStarted(pid=os.getpid(), host=socket.gethostname()))
     t0 = time.monotonic()
     _say("starting Ray ..." if not spec.cluster.address else
          f"joining Ray at {spec.cluster.address} ...")

@@ -3,69 +3,98 @@
     place -> launch -> ready -> level x N (-> check after a level with errors)
           -> observe -> stop -> done
 
-Each phase has exactly one Ray object ref in flight; the controller waits on
-all trials' refs together and calls ``advance`` with the one that finished.
-Failures anywhere become a classified ``TrialResult``, never an exception out
-of the controller. ``abort`` stops the server synchronously (Ctrl-C, timeout).
+``TrialPhase`` names the phases and ``TRANSITIONS`` the moves allowed between them
+(any other is a bug and raises). Each phase has exactly one Ray object ref in
+flight; the controller waits on all trials' refs together and calls ``advance``
+with the one that finished. The actors answer typed messages
+(``actors.contracts.messages``); what an answer means is decided by the pure
+functions of ``verdicts``; the deadlines come from the spec's ``FailurePolicy``.
+Failures anywhere become a classified ``TrialResult``, never an exception out of
+the controller. ``abort`` stops the server synchronously (Ctrl-C, timeout).
 """
 
 from __future__ import annotations
 
+import enum
 import time
 from pathlib import Path
 from typing import Any
 
-import ray
 from ray.exceptions import GetTimeoutError, RayError
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from actors.engine_host import EngineHost
-from actors.engines import LaunchContext, get_adapter
-from actors.loadgen.actor import LoadGenerator
-from actors.loadgen.results import LevelResult
+from actors.contracts.messages import LaunchInfo, Observation, Readiness, StopResult
+from actors.contracts.results import Capacity, LevelResult, TrialResult
+from actors.contracts.shapes import ModelShape
+from actors.contracts.states import FailureClass
+from actors.engines import LaunchContext, LogEvent, get_adapter
 from actors.procs import reap
-from actors.sim.shapes import ModelShape
-from orchestrator.capacity import (
-    LevelPrediction,
-    check_observation,
-    length_rejection,
-    predict_level,
-)
-from orchestrator.failures import classify_ray_error
-from orchestrator.plan import PlannedTrial
-from orchestrator.results import Capacity, TrialResult, TrialStatus
+from orchestrator.execution import verdicts
+from orchestrator.execution.cluster import Cluster
+from orchestrator.execution.failures import classify_ray_error
+from orchestrator.planning.capacity import LevelPrediction, length_rejection, predict_level
+from orchestrator.planning.plan import PlannedTrial
 from orchestrator.spec import SweepSpec
 
-__all__ = ["TrialExecution"]
+__all__ = ["TrialExecution", "TrialPhase", "TRANSITIONS", "TIMEOUT_CLASS"]
 
-_SERVER_GONE = {"connect", "disconnect", "truncated"}
-_HUNG = {"stall", "level_timeout"}
+
+class TrialPhase(enum.StrEnum):
+    PLACE = "place"  # waiting for a node with room (a placement group)
+    LAUNCH = "launch"  # EngineHost.launch
+    READY = "ready"  # EngineHost.wait_ready: health, applied config
+    LEVEL = "level"  # LoadGenerator.run_level
+    CHECK = "check"  # EngineHost.observe after a level with connection or stall errors
+    OBSERVE = "observe"  # EngineHost.observe after the last level
+    STOP = "stop"  # EngineHost.stop
+    DONE = "done"  # the result is final
+
+
+P = TrialPhase
+#: the phases each phase may move to (a failure anywhere goes to STOP, then DONE)
+TRANSITIONS: dict[TrialPhase, frozenset[TrialPhase]] = {
+    P.PLACE: frozenset({P.LAUNCH, P.STOP}),
+    P.LAUNCH: frozenset({P.READY, P.STOP}),
+    P.READY: frozenset({P.LEVEL, P.OBSERVE, P.STOP}),
+    P.LEVEL: frozenset({P.LEVEL, P.CHECK, P.OBSERVE, P.STOP}),
+    P.CHECK: frozenset({P.LEVEL, P.OBSERVE, P.STOP}),
+    P.OBSERVE: frozenset({P.STOP}),
+    P.STOP: frozenset({P.DONE}),
+    P.DONE: frozenset(),
+}
+#: the failure class of a phase whose deadline passed (PLACE has its own message)
+TIMEOUT_CLASS: dict[TrialPhase, FailureClass] = {
+    P.PLACE: FailureClass.STARTUP_TIMEOUT, P.LAUNCH: FailureClass.STARTUP_TIMEOUT,
+    P.READY: FailureClass.STARTUP_TIMEOUT, P.LEVEL: FailureClass.HANG,
+    P.CHECK: FailureClass.HANG, P.OBSERVE: FailureClass.HANG, P.STOP: FailureClass.HANG,
+}
 
 
 class TrialExecution:
     def __init__(self, planned: PlannedTrial, spec: SweepSpec, sweep_id: str, trial_dir: Path,
-                 shape: ModelShape | None, use_gpus: bool, on_event: Any = None):
+                 shape: ModelShape | None, use_gpus: bool, cluster: Cluster,
+                 on_event: Any = None):
         self.planned, self.spec, self.cfg = planned, spec, planned.config
         self.key = self.cfg.key()
         self.sweep_id, self.dir, self.shape = sweep_id, trial_dir, shape
-        self.use_gpus = use_gpus
+        self.use_gpus, self.cluster = use_gpus, cluster
         self.on_event = on_event or (lambda kind, data: None)
         self.adapter = get_adapter(self.cfg.engine)
-        self.phase = "place"
+        self.phase = TrialPhase.PLACE
         self.deadline: float | None = None
-        self.pg = self.host = self.lg = None
+        self.pg: Any = None
+        self.host: Any = None
+        self.lg: Any = None
         self.levels: list[LevelResult] = []
         self.level_i = 0
-        self.launch_info: dict[str, Any] = {}
-        self.ready: dict[str, Any] = {}
+        self.launch_info = LaunchInfo(host="")
+        self.ready = Readiness()
         self.capacity: Capacity | None = None
-        self.failure: tuple[str, str] | None = None
+        self.failure: verdicts.Failure | None = None
         self.log_tail = ""
         self.note = ""
         self.result: TrialResult | None = None
         self.t0 = time.monotonic()
-        self.time_scale = spec.sim.time_scale if self.cfg.engine == "sim" else 1.0
+        self.time_scale = spec.sim.time_scale if self.adapter.time_scaled else 1.0
 
     # -- helpers ----------------------------------------------------------------------------
     def _ctx(self) -> LaunchContext:
@@ -75,168 +104,151 @@ class TrialExecution:
                              hardware=self.spec.hardware, workload=self.spec.workload,
                              sim=self.spec.sim, launch=entry.launch)
 
-    def _strategy(self) -> PlacementGroupSchedulingStrategy:
-        return PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=0)
-
     def _set_deadline(self, seconds: float | None) -> None:
         self.deadline = None if seconds is None else time.monotonic() + seconds
+
+    def _enter(self, phase: TrialPhase, deadline_s: float | None) -> None:
+        """Move to ``phase`` (one of ``TRANSITIONS[self.phase]``) with its deadline."""
+        if phase not in TRANSITIONS[self.phase]:
+            raise RuntimeError(f"trial {self.key}: no transition {self.phase} -> {phase}")
+        self.phase = phase
+        self._set_deadline(deadline_s)
 
     # -- phases -----------------------------------------------------------------------------
     def _bundle(self) -> dict[str, float]:
         return {"GPU": float(self.cfg.tp)} if self.use_gpus else {"CPU": 0.01}
 
-    def begin(self) -> ray.ObjectRef:
-        self.pg = placement_group([self._bundle()], strategy="STRICT_PACK",
-                                  name=f"servesweep-{self.key}")
-        self.phase = "place"
+    def begin(self) -> Any:
+        """Ask for a node; returns the ref that answers once one is held."""
+        self.pg = self.cluster.reserve(self._bundle(), f"servesweep-{self.key}")
+        self.phase = TrialPhase.PLACE
         self._set_deadline(None)  # the controller sets one when no trial of ours holds a node
-        return self.pg.ready()
+        return self.cluster.reserved(self.pg)
 
-    def advance(self, ref: ray.ObjectRef) -> ray.ObjectRef | None:
+    def advance(self, ref: Any) -> Any:
         """Consume the finished ``ref``; return the next one, or None when the trial is done.
 
-        What Ray raises is classified by its cause (``orchestrator.failures``): an exception
+        What Ray raises is classified by its cause (``execution.failures``): an exception
         of our code in an actor is ``client_error`` (load generator) or ``startup_crash`` /
         ``crash_mid_run`` (engine host) with its type and text; ``node_lost`` only when Ray
         reports the node or the actor's process gone."""
         try:
-            value = ray.get(ref)
+            value = self.cluster.get(ref)
             return getattr(self, f"_after_{self.phase}")(value)
         except RayError as err:  # the phase's own call, or a blocking call of its handler
             return self._fail(*classify_ray_error(err, self.phase))
 
-    def _after_place(self, _: Any) -> ray.ObjectRef:
-        opts = dict(num_cpus=0, scheduling_strategy=self._strategy())
+    def _after_place(self, _: Any) -> Any:
         gpus = self.cfg.tp if self.use_gpus else 0
-        self.host = EngineHost.options(num_gpus=gpus, **opts).remote(
-            self.cfg.model_dump(mode="json"), self._ctx().model_dump(mode="json"))
-        self.phase = "launch"
-        self._set_deadline(120)
-        return self.host.launch.remote()
+        self.host = self.cluster.start_host(self.pg, gpus, self.cfg.model_dump(mode="json"),
+                                            self._ctx().model_dump(mode="json"))
+        self._enter(TrialPhase.LAUNCH, self.spec.failure.launch_timeout_s)
+        return self.cluster.call(self.host, "launch")
 
-    def _after_launch(self, info: dict[str, Any]) -> ray.ObjectRef:
+    def _after_launch(self, info: LaunchInfo) -> Any:
         self.launch_info = info
-        if "failure" in info:
-            return self._fail(info["failure"], info.get("message", ""))
-        self.on_event("started", {"key": self.key, **{k: info.get(k) for k in
-                                                      ("pid", "pgid", "marker", "host",
-                                                                 "node_id")}})
-        self.phase = "ready"
-        timeout = self.spec.failure.startup_timeout_s
-        self._set_deadline(timeout + 60)
-        return self.host.wait_ready.remote(timeout)
+        if info.failure is not None:
+            return self._fail(info.failure, info.message)
+        self.on_event("started", {"key": self.key, **info.model_dump(
+            include={"pid", "pgid", "marker", "host", "node_id"})})
+        fp = self.spec.failure
+        self._enter(TrialPhase.READY, fp.startup_timeout_s + fp.call_grace_s)
+        return self.cluster.call(self.host, "wait_ready", fp.startup_timeout_s)
 
-    def _after_ready(self, ready: dict[str, Any]) -> ray.ObjectRef:
+    def _after_ready(self, ready: Readiness) -> Any:
         self.ready = ready
-        if "failure" in ready:
-            self.log_tail = ready.get("log_tail", "")
-            return self._fail(ready["failure"], ready.get("message", ""))
-        self.capacity = self._capacity(ready.get("applied", {}), ready.get("events", []))
-        self.on_event("ready", {"key": self.key, "startup_s": ready.get("startup_s"),
+        if ready.failure is not None:
+            self.log_tail = ready.log_tail
+            return self._fail(ready.failure, ready.message)
+        self.capacity = self._capacity(ready.applied, ready.events)
+        self.on_event("ready", {"key": self.key, "startup_s": ready.startup_s,
                                 "capacity": self.capacity})
         w = self.spec.workload
         vocab = self.shape.vocab if self.shape else 32000
-        api_key = ray.get(self.host.api_key_for_client.remote())
-        self.lg = LoadGenerator.options(num_cpus=0, scheduling_strategy=self._strategy()).remote(
-            self.cfg.engine, ready["base_url"], self.spec.model.served_name or
+        api_key = self.cluster.get(self.cluster.call(self.host, "api_key_for_client"))
+        self.lg = self.cluster.start_loadgen(
+            self.pg, self.cfg.engine, ready.base_url, self.spec.model.served_name or
             self._served_name(), w.model_dump(mode="json"), vocab,
             self.spec.model.tokenizer or self.spec.model.path, self.time_scale, api_key)
         return self._next_level()
 
     def _served_name(self) -> str:
-        if self.cfg.engine == "sim":
-            return self.spec.model.display_name
-        return self.spec.model.path or self.spec.model.display_name
+        return self.adapter.served_model_name(self._ctx())
 
-    def _next_level(self) -> ray.ObjectRef:
-        w = self.spec.workload
+    def _next_level(self) -> Any:
+        w, fp = self.spec.workload, self.spec.failure
         if self.level_i >= len(w.concurrency):
-            self.phase = "observe"
-            self._set_deadline(60)
-            return self.host.observe.remote()
+            self._enter(TrialPhase.OBSERVE, fp.observe_timeout_s)
+            return self.cluster.call(self.host, "observe")
         c = w.concurrency[self.level_i]
-        self.phase = "level"
-        self._set_deadline(w.level_timeout_s + 60)
-        return self.lg.run_level.remote(c, self.level_i)
+        self._enter(TrialPhase.LEVEL, w.level_timeout_s + fp.call_grace_s)
+        return self.cluster.call(self.lg, "run_level", c, self.level_i)
 
-    def _after_level(self, raw: dict[str, Any]) -> ray.ObjectRef:
-        level = LevelResult.model_validate(raw)
-        level = self._flag_queueing(level)
+    def _after_level(self, measured: LevelResult) -> Any:
+        level = verdicts.flag_queueing(measured, self._prediction(measured))
         self.levels.append(level)
         self.level_i += 1
         self.on_event("level", {"key": self.key, "level": level})
-        if set(level.errors) & (_SERVER_GONE | _HUNG):
-            self.phase = "check"
-            self._set_deadline(60)
-            return self.host.observe.remote()
+        if verdicts.needs_check(level):
+            self._enter(TrialPhase.CHECK, self.spec.failure.observe_timeout_s)
+            return self.cluster.call(self.host, "observe")
         return self._next_level()
 
-    def _after_check(self, obs: dict[str, Any]) -> ray.ObjectRef:
-        last = self.levels[-1]
-        self.log_tail = obs.get("log_tail", "")
-        if not obs.get("alive", True):
-            return self._fail("crash_mid_run", f"server exited with code {obs.get('returncode')} "
-                              f"at concurrency {last.concurrency}: {last.reason}")
-        if set(last.errors) & _HUNG:
-            return self._fail("hang", f"server alive but stopped streaming at concurrency "
-                              f"{last.concurrency}: {last.reason}")
-        return self._next_level()
+    def _after_check(self, obs: Observation) -> Any:
+        self.log_tail = obs.log_tail
+        failure = verdicts.after_check(obs, self.levels[-1])
+        return self._fail(*failure) if failure else self._next_level()
 
-    def _after_observe(self, obs: dict[str, Any]) -> ray.ObjectRef:
-        self.log_tail = obs.get("log_tail", "")
-        behind = [e for e in obs.get("events", []) if e.get("kind") == "sim_behind"]
-        if behind:  # the host could not keep the sim's pace: say so on every level
-            self.levels = [lv.model_copy(update={"flags": [*lv.flags, "sim_behind"]})
-                           for lv in self.levels]
-            self.note = (f"sim fell {behind[-1]['seconds']:.1f} s behind its time scale; "
-                         "raise sim.time_scale")
-        if not obs.get("alive", True):
-            return self._fail("crash_mid_run", f"server exited with code {obs.get('returncode')}"
-                              " after the last level")
-        return self._stop()
+    def _after_observe(self, obs: Observation) -> Any:
+        self.log_tail = obs.log_tail
+        self.levels, self.note, failure = verdicts.after_observe(obs, self.levels)
+        return self._fail(*failure) if failure else self._stop()
 
-    def _stop(self) -> ray.ObjectRef | None:
-        self.phase = "stop"
+    def _stop(self) -> Any:
+        fp = self.spec.failure
+        self._enter(TrialPhase.STOP, fp.stop_timeout_s + fp.stop_grace_s)
         if self.host is None:
-            return self._finish()
-        self._set_deadline(self.spec.failure.stop_timeout_s + 30)
-        return self.host.stop.remote(self.spec.failure.stop_timeout_s)
+            self._finish()
+            return None
+        return self.cluster.call(self.host, "stop", fp.stop_timeout_s)
 
-    def _after_stop(self, stopped: dict[str, Any]) -> None:
-        if stopped.get("leftovers"):
-            self.log_tail += f"\n[servesweep] processes left after stop: {stopped['leftovers']}"
-        return self._finish()
+    def _after_stop(self, stopped: StopResult) -> None:
+        if stopped.leftovers:
+            self.log_tail += f"\n[servesweep] processes left after stop: {stopped.leftovers}"
+        self._finish()
+        return None
 
     # -- failure, abort, finish -------------------------------------------------------------
-    def _fail(self, failure: str, message: str) -> ray.ObjectRef | None:
+    def _fail(self, failure: FailureClass | str, message: str) -> Any:
         if self.failure is None:
-            self.failure = (failure, message)
-        if self.phase == "stop":
-            return self._finish()
+            self.failure = (FailureClass(failure), message)
+        if self.phase is TrialPhase.STOP:
+            self._finish()
+            return None
         return self._stop()
 
     def on_timeout(self) -> None:
         """The phase's deadline passed: classify, kill the actors, reap the processes."""
-        cls = {"launch": "startup_timeout", "ready": "startup_timeout", "level": "hang",
-               "check": "hang", "observe": "hang", "stop": "hang"}.get(self.phase, "hang")
-        if self.failure is None and self.phase == "place":
-            self.failure = ("startup_timeout", (
+        if self.failure is None and self.phase is TrialPhase.PLACE:
+            self.failure = (FailureClass.STARTUP_TIMEOUT, (
                 f"no node had room for the trial ({self._bundle()}) within "
                 f"{self.spec.failure.place_timeout_s:g} s while no other trial of this sweep "
                 "held one: the resources are held by something else, or a node is gone "
                 "(see `ray status`; failure.place_timeout_s sets the wait)"))
         if self.failure is None:
-            self.failure = (cls, f"no answer from the {self.phase} phase before its deadline")
+            self.failure = (TIMEOUT_CLASS.get(self.phase, FailureClass.HANG),
+                            f"no answer from the {self.phase} phase before its deadline")
         self.abort()
 
     def abort(self, reason: str | None = None) -> None:
         """Stop everything now (synchronously), then finish the result."""
         if reason and self.failure is None:
-            self.failure = ("startup_crash" if self.phase in ("place", "launch", "ready")
-                            else "crash_mid_run", reason)
+            starting = self.phase in (TrialPhase.PLACE, TrialPhase.LAUNCH, TrialPhase.READY)
+            self.failure = (FailureClass.STARTUP_CRASH if starting
+                            else FailureClass.CRASH_MID_RUN, reason)
         if self.host is not None:
             try:
-                ray.get(self.host.stop.remote(5.0), timeout=20)
+                self.cluster.get(self.cluster.call(self.host, "stop", 5.0), timeout=20)
             except (GetTimeoutError, RayError):
                 pass
         reap(f"{self.sweep_id}/{self.key}")  # processes on this node, whatever the actor did
@@ -246,60 +258,41 @@ class TrialExecution:
         if self.result is not None:
             return None
         self._collect_artifacts()
-        lg_node = None
-        if self.lg is not None:
-            try:
-                lg_node = ray.get(self.lg.__ray_call__.remote(_node_id), timeout=10)
-            except (GetTimeoutError, RayError):
-                pass
+        lg_node = self.cluster.node_of(self.lg) if self.lg is not None else None
         for actor in (self.lg, self.host):
             if actor is not None:
-                try:
-                    ray.kill(actor)
-                except RayError:
-                    pass
+                self.cluster.kill(actor)
         if self.pg is not None:
-            try:
-                remove_placement_group(self.pg)
-            except RayError:
-                pass
+            self.cluster.release(self.pg)
         # whatever happened to the actors (node lost, killed), nothing of the trial may
         # outlive it on this machine; other nodes' leftovers are reaped from the ledger
         reap(f"{self.sweep_id}/{self.key}")
-        if self.failure is not None:
-            status, reason, message = TrialStatus.FAILED, *self.failure
-        elif any(lv.status == "invalid" for lv in self.levels):
-            status, reason = TrialStatus.INVALID, "invalid_level"
-            message = "; ".join(f"c={lv.concurrency}: {lv.reason}" for lv in self.levels
-                                if lv.status == "invalid")
-            if self.capacity is not None and self.capacity.rejects_requests:
-                message = f"{self.capacity.note}; {message}"  # the cause before its symptoms
-        else:
-            status, reason, message = TrialStatus.OK, "", self.note
-        applied = self.ready.get("applied", {}) if isinstance(self.ready, dict) else {}
+        status, reason, message = verdicts.final_status(self.failure, self.levels,
+                                                        self.capacity, self.note)
+        applied = self.ready.applied
         versions = {"engine": str(applied.get("version", "unknown")), "servesweep": _version()}
+        host: dict[str, Any] = self.launch_info.model_dump(
+            include={"host", "node_ip", "node_id", "gpu_ids", "argv", "pid"})
         self.result = TrialResult(
             key=self.key, config=self.cfg, status=status, reason=reason, message=message,
-            levels=self.levels, capacity=self.capacity, startup_s=self.ready.get("startup_s"),
+            levels=self.levels, capacity=self.capacity, startup_s=self.ready.startup_s,
             wall_s=time.monotonic() - self.t0, applied=applied, versions=versions,
-            host={**{k: self.launch_info.get(k) for k in ("host", "node_ip", "node_id",
-                                                          "gpu_ids", "argv", "pid")},
-                  "loadgen_node_id": lg_node},
+            host={**host, "loadgen_node_id": lg_node},
             hardware=self.spec.hardware, time_scale=self.time_scale,
             log_tail=self.log_tail[-8000:])
-        self.phase = "done"
+        self.phase = TrialPhase.DONE
         return None
 
     def _collect_artifacts(self) -> None:
         """Copy the server log and per-request records to the driver's trial folder."""
         calls = []
         if self.host is not None:
-            calls.append(("server.log", self.host.log_text.remote()))
+            calls.append(("server.log", self.cluster.call(self.host, "log_text")))
         if self.lg is not None:
-            calls.append(("requests.csv", self.lg.records_csv.remote()))
+            calls.append(("requests.csv", self.cluster.call(self.lg, "records_csv")))
         for name, ref in calls:
             try:
-                text = ray.get(ref, timeout=30)
+                text = self.cluster.get(ref, timeout=30)
             except (GetTimeoutError, RayError):
                 continue
             (self.dir / name).write_text(text)
@@ -311,32 +304,29 @@ class TrialExecution:
         """The KV pool the server reported, what it implies for one request, and whether
         the server's max model length (its log, else the trial's ``max_model_len``) admits
         a request at all: when prompt + output exceed it, ``rejects_requests`` and ``note``
-        say that the server refuses every request."""
+        say that the server refuses every request. The pool is the adapter's ``kv_pool``
+        (the one ``servesweep capacity`` reads), its usable blocks what requests fit in."""
         policy = self.adapter.admission_for(self.cfg)
-        tokens = applied.get("kv_pool_tokens")
-        blocks = applied.get("kv_pool_blocks")
-        bs = applied.get("block_size")
-        sources = []
-        for ev in events:
-            if ev["kind"] == "kv_blocks":
-                blocks, bs = ev.get("blocks", blocks), ev.get("block_size", bs)
-                sources.append("log: KV blocks")
-            elif ev["kind"] == "kv_pool":
-                sources.append("log: KV pool tokens")
-        if tokens and bs and not blocks:
-            blocks = int(tokens) // int(bs)
-        max_len, source = self._max_model_len(applied)
-        if source:
-            sources.append(source)
+        pool = self.adapter.kv_pool([LogEvent.from_summary(e) for e in events], trial=self.cfg)
+        sources = list(pool.sources) if pool else []
+        if pool and pool.max_model_len:
+            max_len: int | None = pool.max_model_len
+        else:
+            max_len, source = self._max_model_len(applied)
+            if source:
+                sources.append(source)
         w = self.spec.workload
         rejection = length_rejection(w.prompt_tokens, w.output_tokens, max_len)
         per_req = None
         cap = None
-        if blocks and bs:
-            pred = predict_level(policy, int(blocks), int(bs), w.prompt_tokens,
+        if pool:
+            pred = predict_level(policy, pool.usable_blocks, pool.block_size, w.prompt_tokens,
                                  w.output_tokens, 1)
             per_req, cap = pred.blocks_per_request, pred.full_length_capacity
-        return Capacity(policy=policy, pool_tokens=tokens, block_size=bs, pool_blocks=blocks,
+        return Capacity(policy=policy, pool_tokens=pool.tokens if pool else None,
+                        block_size=pool.block_size if pool else None,
+                        pool_blocks=pool.blocks if pool else None,
+                        usable_blocks=pool.usable_blocks if pool else None,
                         blocks_per_request=per_req, full_length_capacity=cap,
                         max_model_len=max_len, rejects_requests=rejection is not None,
                         note=rejection or "", sources=sources)
@@ -352,29 +342,13 @@ class TrialExecution:
 
     def _prediction(self, level: LevelResult) -> LevelPrediction | None:
         cap = self.capacity
-        blocks = (cap.pool_blocks if cap else None) or level.server.num_blocks
+        blocks = (cap.usable_blocks if cap else None) or level.server.num_blocks
         bs = (cap.block_size if cap else None) or level.server.block_size
         if not blocks or not bs or cap is None:
             return None
         return predict_level(cap.policy, int(blocks), int(bs), self.spec.workload.prompt_tokens,
                              self.spec.workload.output_tokens, level.concurrency,
                              self.cfg.max_num_seqs, cap.max_model_len)
-
-    def _flag_queueing(self, level: LevelResult) -> LevelResult:
-        pred = self._prediction(level)
-        if pred is None or level.status != "valid":
-            return level
-        s = level.server
-        problem = check_observation(pred, s.running_max, s.waiting_p50, s.waiting_max,
-                                    s.preemptions)
-        if problem is None:
-            return level
-        return level.model_copy(update={"flags": [*level.flags, "queueing_mismatch"],
-                                        "reason": f"capacity check: {problem}"})
-
-
-def _node_id(_actor: object) -> str:
-    return ray.get_runtime_context().get_node_id()
 
 
 def _version() -> str:

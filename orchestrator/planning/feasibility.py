@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
+from actors.contracts.config import TrialConfig
+from actors.contracts.hardware import Hardware, get_hardware
+from actors.contracts.shapes import ModelShape
 from actors.engines import get_adapter
 from actors.engines.sim import sim_settings
-from actors.sim.hardware import Hardware, get_hardware
-from actors.sim.perf import PROFILES, plan_memory
+from actors.sim.perf import DEFAULT_PROFILE, PROFILES, plan_memory
 from actors.sim.predict import resolve_limits
-from actors.sim.shapes import ModelShape
-from orchestrator.spec import SweepSpec, TrialConfig
+from orchestrator.spec import SweepSpec
 
 __all__ = ["infeasible_reason", "family_of"]
 
 
-def family_of(trial: TrialConfig) -> str:
-    """The engine family whose documented limits apply (a sim profile imitates one)."""
-    if trial.engine == "sim":
-        return trial.profile or "vllm"
-    return trial.engine
+def family_of(trial: TrialConfig) -> str | None:
+    """The sim profile that models the trial's engine (a sim trial: its own profile), whose
+    documented limits apply; None when no profile models the engine (``external``)."""
+    return get_adapter(trial.engine).sim_profile_for(trial)
 
 
 def _heads(trial: TrialConfig, shape: ModelShape) -> str | None:
@@ -31,25 +31,19 @@ def _heads(trial: TrialConfig, shape: ModelShape) -> str | None:
 
 
 def _precision(trial: TrialConfig, hw: Hardware) -> str | None:
-    fam = family_of(trial)
     if hw.kind == "cpu":
         return None  # the engine's own CPU rules (adapter.infeasible) apply
     if trial.weights == "nvfp4" and not hw.supports("nvfp4"):
         return f"NVFP4 weights need compute capability 10.0+; {hw.name} is {hw.compute_capability}"
-    if fam == "trtllm":
-        for what, prec in (("weights", trial.weights), ("KV cache", trial.kv_dtype)):
-            if prec == "fp8" and not hw.supports("fp8"):
-                return (f"TensorRT-LLM FP8 {what} need compute capability 8.9+; {hw.name} is "
-                        f"{hw.compute_capability}")
-    # vLLM runs FP8 weights weight-only on older GPUs: the trial runs, the check records it
+    # FP8 is the engine's own rule (adapter.infeasible): TensorRT-LLM needs CC 8.9+, vLLM
+    # runs FP8 weights weight-only on older GPUs (the trial runs, the check records it)
     return None
 
 
 def _memory(trial: TrialConfig, shape: ModelShape, hw: Hardware, request_tokens: int) -> str | None:
     if hw.kind == "cpu":
         return None
-    fam = family_of(trial)
-    profile = PROFILES.get(fam, PROFILES["vllm"])
+    profile = PROFILES[family_of(trial) or DEFAULT_PROFILE]
     cfg = sim_settings(trial)
     seqs, tokens = resolve_limits(profile.name, cfg)
     mem = plan_memory(shape, hw, profile, cfg, seqs, tokens)
@@ -72,7 +66,7 @@ def infeasible_reason(trial: TrialConfig, spec: SweepSpec, shape: ModelShape | N
         return (f"max_model_len={trial.max_model_len} is shorter than one request "
                 f"({w.prompt_tokens} + {w.output_tokens} tokens)")
     fam = family_of(trial)
-    prof = PROFILES.get(fam)
+    prof = PROFILES.get(fam) if fam else None
     chunked = trial.extras.get("enable_chunked_prefill")
     if prof is not None and not (prof.chunked_prefill if chunked is None else chunked):
         budget = trial.max_num_tokens or prof.default_max_num_tokens

@@ -10,22 +10,18 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from actors.contracts.config import TrialConfig
+from actors.contracts.hardware import get_hardware
+from actors.contracts.shapes import ModelShape
+from actors.engines import get_adapter
 from actors.engines.sim import sim_settings
-from actors.sim.hardware import get_hardware
-from actors.sim.perf import PROFILES
+from actors.sim.perf import DEFAULT_PROFILE
 from actors.sim.predict import build_engine, simulate_closed_loop
-from actors.sim.shapes import ModelShape
-from orchestrator.feasibility import family_of
-from orchestrator.plan import PlannedTrial
-from orchestrator.spec import SweepSpec, TrialConfig
+from orchestrator.planning.feasibility import family_of
+from orchestrator.planning.plan import PlannedTrial
+from orchestrator.spec import SweepSpec
 
 __all__ = ["TrialPrediction", "predict_trial", "estimate_startup_s", "predict_sweep"]
-
-#: Seconds to a healthy server, by engine and hardware kind (measured: ENVIRONMENT.md,
-#: shared/gpu README; the sim starts in about a second).
-STARTUP_S = {("sim", "gpu"): 1.5, ("sim", "cpu"): 1.5, ("vllm", "cpu"): 90.0,
-             ("vllm", "gpu"): 100.0, ("trtllm", "gpu"): 150.0, ("external", "gpu"): 1.0,
-             ("external", "cpu"): 1.0}
 
 
 @dataclass(frozen=True)
@@ -42,19 +38,17 @@ class TrialPrediction:
 
 
 def estimate_startup_s(trial: TrialConfig, hw_kind: str) -> float:
-    base = STARTUP_S.get((trial.engine, hw_kind), 100.0)
-    if trial.engine == "vllm" and not trial.cuda_graphs:
-        base *= 0.7  # no torch.compile, no graph capture
-    return base
+    """Seconds to a healthy server (the engine's own estimate, measured: ENVIRONMENT.md,
+    shared/gpu README; the sim starts in about a second)."""
+    return get_adapter(trial.engine).startup_estimate_s(trial, hw_kind)
 
 
 def predict_trial(trial: TrialConfig, spec: SweepSpec, shape: ModelShape) -> TrialPrediction:
     hw = get_hardware(spec.hardware)
-    fam = family_of(trial)
-    profile = fam if fam in PROFILES else "vllm"
+    profile = family_of(trial) or DEFAULT_PROFILE
     cfg = sim_settings(trial)
     w = spec.workload
-    scale = spec.sim.time_scale if trial.engine == "sim" else 1.0
+    scale = spec.sim.time_scale if get_adapter(trial.engine).time_scaled else 1.0
     levels = []
     measure = 0.0
     for c in w.concurrency:

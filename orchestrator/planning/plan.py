@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
-from actors.sim.shapes import ModelShape, load_shape
-from orchestrator.feasibility import infeasible_reason
-from orchestrator.spec import AXES, SpaceEntry, SweepSpec, TrialConfig
+from actors.contracts.config import SpaceEntry, TrialConfig
+from actors.contracts.shapes import ModelShape, load_shape
+from actors.engines import get_adapter
+from orchestrator.planning.feasibility import infeasible_reason
+from orchestrator.spec import SweepSpec
 
 __all__ = ["PlannedTrial", "expand_entry", "plan_sweep", "spec_shape"]
 
@@ -24,18 +25,9 @@ class PlannedTrial:
 
 
 def expand_entry(entry: SpaceEntry) -> list[TrialConfig]:
-    """The cross product of an entry's axes (and its extras), in declaration order."""
-    axes = [getattr(entry, a) for a in AXES]
-    extra_keys = sorted(entry.extras)
-    extra_vals = [entry.extras[k] for k in extra_keys]
-    out = []
-    for combo in itertools.product(*axes, *extra_vals):
-        fields = dict(zip(AXES, combo[: len(AXES)]))
-        extras = dict(zip(extra_keys, combo[len(AXES):]))
-        if entry.engine == "sim" and fields["profile"] is None:
-            fields["profile"] = "vllm"
-        out.append(TrialConfig(engine=entry.engine, extras=extras, **fields))
-    return out
+    """The cross product of an entry's axes (and its extras), in declaration order; an
+    entry without a profile gets its engine's ``default_profile`` (the sim's: vLLM)."""
+    return entry.expand(default_profile=get_adapter(entry.engine).default_profile)
 
 
 def spec_shape(spec: SweepSpec) -> ModelShape | None:

@@ -12,9 +12,10 @@ import abc
 import math
 from pathlib import Path
 
-from orchestrator.plan import PlannedTrial
-from orchestrator.results import TrialResult
-from orchestrator.spec import AXES, SearchSpec, TrialConfig
+from actors.contracts.config import AXES, TrialConfig
+from actors.contracts.results import TrialResult
+from orchestrator.planning.plan import PlannedTrial
+from orchestrator.spec import SearchSpec
 
 __all__ = ["Searcher", "GridSearcher", "OptunaSearcher", "objective_value", "make_searcher"]
 
@@ -123,7 +124,7 @@ class OptunaSearcher(Searcher):
             study_name=study_name, storage=f"sqlite:///{storage_dir / 'optuna.db'}",
             sampler=sampler, load_if_exists=True,
             direction="minimize" if _minimize(search) else "maximize")
-        self._asked: dict[str, object] = {}
+        self._asked: dict[str, optuna.trial.Trial] = {}
         self._seen: set[str] = set(done)
         self._stale = 0
         self._n_pruned = 0

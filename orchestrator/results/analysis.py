@@ -10,15 +10,14 @@ adjacent levels whose winners differ.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import pandas as pd
 
-from orchestrator.results import TrialResult
+from actors.contracts.results import TrialResult
 from orchestrator.spec import SLO
 
-__all__ = ["levels_frame", "Winner", "Crossover", "winners", "crossovers", "pareto_front",
-           "summary"]
+__all__ = ["levels_frame", "Winner", "Crossover", "winners", "crossovers", "pareto_front"]
 
 _METRICS = ("output_tok_s", "total_tok_s", "requests_s", "ttft_p50_ms", "ttft_p90_ms",
             "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "tpot_p50_ms", "e2e_p50_ms",
@@ -84,7 +83,7 @@ def _unverified(df: pd.DataFrame) -> pd.Series:
 def winners(results: list[TrialResult], slo: SLO, band: float = 0.05,
             trust_usage: bool = False) -> list[Winner]:
     df = levels_frame(results)
-    out = []
+    out: list[Winner] = []
     if df.empty:
         return out
     for c in sorted(df["concurrency"].unique()):
@@ -146,13 +145,3 @@ def pareto_front(results: list[TrialResult], concurrency: int) -> pd.DataFrame:
         if not dominated:
             keep.append(i)
     return at.loc[keep].sort_values("output_tok_s", ascending=False)
-
-
-def summary(results: list[TrialResult], slo: SLO, band: float) -> dict:
-    """Everything ``report --json`` prints besides the trials themselves."""
-    ws = winners(results, slo, band)
-    counts: dict[str, int] = {}
-    for r in results:
-        counts[r.status.value] = counts.get(r.status.value, 0) + 1
-    return {"counts": counts, "winners": [asdict(w) for w in ws],
-            "crossovers": [asdict(c) for c in crossovers(ws)]}

@@ -13,13 +13,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from actors.contracts.hardware import get_hardware
+from actors.contracts.results import TrialResult
+from actors.contracts.shapes import ModelShape
 from actors.engines.sim import sim_settings
-from actors.sim.hardware import get_hardware
 from actors.sim.perf import FITTABLE, get_profile
 from actors.sim.predict import build_engine, simulate_closed_loop
-from actors.sim.shapes import ModelShape
-from orchestrator.feasibility import family_of
-from orchestrator.results import TrialResult
+from orchestrator.planning.feasibility import family_of
 from orchestrator.spec import SweepSpec
 
 __all__ = ["Point", "CalibrationResult", "collect_points", "predict_points", "calibrate"]
@@ -57,7 +57,7 @@ def collect_points(results: list[TrialResult],
     groups: dict[str, list[Point]] = {}
     for r in results:
         fam = family_of(r.config)
-        if fam not in ("vllm", "trtllm"):
+        if fam is None:  # no sim profile models the engine (an external endpoint)
             continue
         for lv in r.levels:
             if lv.status != "valid" or lv.metrics is None:

@@ -8,9 +8,12 @@ Layout under the state root (``mlruns/`` by default, ``SERVESWEEP_HOME`` overrid
     sweeps/<sweep-id>/trials/<key>/  server log, configs, per-request CSV
     sweeps/LATEST                    the id of the newest sweep
 
-Only the driver writes a sweep's ledger. A trial is final once a ``trial``
-event with a finished status is written; MLflow and Optuna are views rebuilt
-from it. A torn last line (a crash mid-write) is ignored when reading.
+Only the driver writes a sweep's ledger. Every line is one ``LedgerEvent``
+(``results.events``: a union discriminated on ``type``). A trial is final once a
+``trial`` event with a finished status is written; MLflow and Optuna are views
+rebuilt from it. A torn last line (a crash mid-write) is ignored when reading and
+ended before the next append, so that append is never glued onto it; a whole line
+that is not a known event is an error naming the line.
 """
 
 from __future__ import annotations
@@ -22,14 +25,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import UsageError
-from orchestrator.results import TrialResult
+from pydantic import ValidationError
+
+from actors.contracts.results import TrialResult
+from actors.contracts.settings import settings
+from orchestrator.errors import ServesweepError, UsageError
+from orchestrator.results.events import LedgerEvent, Started, TrialRecorded, parse_event
 
 __all__ = ["Ledger", "state_root", "new_sweep_id", "atomic_write"]
 
 
 def state_root() -> Path:
-    return Path(os.environ.get("SERVESWEEP_HOME") or Path.cwd() / "mlruns").resolve()
+    """Where servesweep keeps its state (``SERVESWEEP_HOME``, default ``./mlruns``)."""
+    return (settings().home or Path.cwd() / "mlruns").resolve()
 
 
 def new_sweep_id(name: str) -> str:
@@ -84,16 +92,20 @@ class Ledger:
         raise UsageError(f"no sweep {ref!r} under {sweeps}{hint}")
 
     # -- writing ----------------------------------------------------------------------------
-    def append(self, event: dict[str, Any]) -> None:
-        line = json.dumps({"ts": time.time(), **event}, default=str) + "\n"
-        with open(self.path, "a") as f:
-            f.write(line)
+    def append(self, event: LedgerEvent) -> None:
+        line = event.model_dump_json() + "\n"
+        with open(self.path, "ab+") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell():  # a torn last line (a crash mid-write) is ended, not glued onto
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    line = "\n" + line
+            f.write(line.encode())
             f.flush()
             os.fsync(f.fileno())
 
     def record_result(self, result: TrialResult) -> None:
-        self.append({"type": "trial", "key": result.key, "status": result.status.value,
-                     "result": result.model_dump(mode="json")})
+        self.append(TrialRecorded(key=result.key, status=result.status, result=result))
 
     def write_state(self, state: dict[str, Any]) -> None:
         atomic_write(self.dir / "state.json", json.dumps(state, indent=1, default=str))
@@ -104,28 +116,32 @@ class Ledger:
         return d
 
     # -- reading ----------------------------------------------------------------------------
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> list[LedgerEvent]:
+        """Every event in order. A torn line (not JSON: a crash mid-write) never counted;
+        a JSON line that is no known event raises ``ServesweepError`` naming it."""
         if not self.path.is_file():
             return []
         out = []
-        for line in self.path.read_text().splitlines():
+        for n, line in enumerate(self.path.read_text().splitlines(), 1):
             try:
-                out.append(json.loads(line))
+                json.loads(line)
             except json.JSONDecodeError:
                 continue  # a torn write from a crash: the line never counted
+            try:
+                out.append(parse_event(line))
+            except ValidationError as err:
+                raise ServesweepError(f"{self.path}:{n}: not a ledger event this servesweep "
+                                      f"knows: {err.errors()[0]['msg']} at "
+                                      f"{'.'.join(map(str, err.errors()[0]['loc']))}") from None
         return out
 
     def results(self) -> dict[str, TrialResult]:
         """The latest final result of each trial, in the order trials were first recorded."""
-        out: dict[str, TrialResult] = {}
-        for ev in self.events():
-            if ev.get("type") == "trial":
-                out[ev["key"]] = TrialResult.model_validate(ev["result"])
-        return out
+        return {ev.key: ev.result for ev in self.events() if isinstance(ev, TrialRecorded)}
 
-    def started_groups(self) -> list[dict[str, Any]]:
+    def started_groups(self) -> list[Started]:
         """Every process group this sweep started (for reaping after a dead driver)."""
-        return [ev for ev in self.events() if ev.get("type") == "started"]
+        return [ev for ev in self.events() if isinstance(ev, Started)]
 
     def spec_text(self) -> str:
         return (self.dir / "spec.yaml").read_text()

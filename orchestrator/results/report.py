@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.analysis import crossovers, levels_frame, winners
-from orchestrator.results import TrialResult, TrialStatus
+from actors.contracts.results import TrialResult
+from actors.contracts.states import TrialStatus
+from orchestrator.results.analysis import crossovers, levels_frame, winners
 from orchestrator.spec import SweepSpec
 
 __all__ = ["render_text", "report_json", "write_plots", "winners_export"]

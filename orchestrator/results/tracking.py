@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.results import TrialResult
+from actors.contracts.results import TrialResult
 
 __all__ = ["Tracker", "default_tracking_uri", "LEVEL_METRICS"]
 

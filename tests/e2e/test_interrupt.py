@@ -39,7 +39,7 @@ def test_ctrl_c_stops_every_engine_process(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     env = dict(os.environ, SERVESWEEP_HOME=str(home))
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(path)],
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.commands.cli", "run", str(path)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:

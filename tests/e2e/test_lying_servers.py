@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from actors.sim.config import StreamOptions
-from orchestrator.analysis import winners
-from orchestrator.cli import main
-from orchestrator.ledger import Ledger
+from orchestrator.commands.cli import main
+from orchestrator.results.analysis import winners
+from orchestrator.results.ledger import Ledger
 from orchestrator.spec import SLO
 from tests.conftest import minimal_spec
 from tests.simserver import sim_config, sim_server

@@ -12,9 +12,10 @@ import time
 import yaml
 
 from actors.procs import MARKER_ENV, marked_processes
-from orchestrator.cli import main
-from orchestrator.ledger import Ledger
-from orchestrator.runner import reap_orphans
+from orchestrator.commands.cli import main
+from orchestrator.execution.runner import reap_orphans
+from orchestrator.results.events import DriverStarted
+from orchestrator.results.ledger import Ledger
 from tests.conftest import ROOT, minimal_spec
 
 
@@ -28,7 +29,7 @@ def test_interrupted_sweep_is_resumed_without_rerunning_finished_trials(tmp_path
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     env = dict(os.environ, SERVESWEEP_HOME=str(home))
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(path),
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.commands.cli", "run", str(path),
                              "--no-mlflow"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:  # stop it once the second trial's server has said where it listens
@@ -39,7 +40,7 @@ def test_interrupted_sweep_is_resumed_without_rerunning_finished_trials(tmp_path
             if latest.exists():
                 sweep_id = latest.read_text().strip()
                 ledger = Ledger.open(sweep_id, home)
-                started = [e["key"] for e in ledger.events() if e.get("type") == "started"]
+                started = [e.key for e in ledger.events() if e.type == "started"]
                 if len(started) == 2:
                     second = started[1]
                     log = ledger.trial_dir(second) / "server.log"
@@ -57,7 +58,7 @@ def test_interrupted_sweep_is_resumed_without_rerunning_finished_trials(tmp_path
     assert main(["resume", sweep_id, "--quiet", "--no-mlflow"]) == 0
     final = Ledger.open(sweep_id).results()
     assert sorted(r.status.value for r in final.values()) == ["ok", "ok"]
-    trial_events = [e for e in Ledger.open(sweep_id).events() if e.get("type") == "trial"]
+    trial_events = [e for e in Ledger.open(sweep_id).events() if e.type == "trial"]
     assert len(trial_events) == 2  # the finished trial was not run again
     # the interrupted attempt's files are kept apart, not read as the rerun's
     kept = Ledger.open(sweep_id).trial_dir(second) / "attempt-1" / "server.log"
@@ -68,7 +69,7 @@ def test_run_reaps_engines_whose_driver_is_gone(tmp_path):
     ledger = Ledger.create("name: x\n", "orphan", tmp_path)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    ledger.append({"type": "driver", "pid": dead.pid, "host": os.uname().nodename})
+    ledger.append(DriverStarted(pid=dead.pid, host=os.uname().nodename))
     env = dict(os.environ, **{MARKER_ENV: f"{ledger.sweep_id}/abc"})
     engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=env,
                               start_new_session=True)

@@ -12,17 +12,17 @@ Engines: the sim always; vLLM on CPU when ``.venv-vllm`` and the tiny model exis
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from actors.contracts.config import LaunchOptions, ModelSpec, SimOptions, TrialConfig, Workload
+from actors.contracts.settings import settings
 from actors.engine_host import EngineHostCore
 from actors.engines import LaunchContext, adapter_names, get_adapter
 from actors.procs import marked_processes
-from orchestrator.spec import LaunchOptions, ModelSpec, SimOptions, TrialConfig, Workload
 from tests.conftest import ROOT
 
 PROMPT, OUTPUT = 16, 8
@@ -43,7 +43,7 @@ def _trtllm_missing() -> str | None:
         return "trtllm-serve is not on PATH (TensorRT-LLM cannot be installed on this machine)"
     if "trtllm" not in adapter_names():
         return "no 'trtllm' adapter is registered"
-    if not os.environ.get("SERVESWEEP_TRTLLM_MODEL"):
+    if not settings().trtllm_model:
         return "set SERVESWEEP_TRTLLM_MODEL to a model directory for the TensorRT-LLM server"
     return None
 
@@ -61,9 +61,9 @@ def _case(engine: str) -> tuple[TrialConfig, dict]:
                      hardware="cpu", workload=wl,
                      launch=LaunchOptions(python=str(VLLM_PYTHON))))
     return (TrialConfig(engine="trtllm", max_num_seqs=4),
-            dict(model=ModelSpec(path=os.environ["SERVESWEEP_TRTLLM_MODEL"],
+            dict(model=ModelSpec(path=str(settings().trtllm_model),
                                  served_name="conformance"),
-                 hardware=os.environ.get("SERVESWEEP_TRTLLM_HARDWARE", "h100-sxm"),
+                 hardware=settings().trtllm_hardware,
                  workload=wl))
 
 
@@ -111,26 +111,26 @@ def test_adapter_contract(engine: str, tmp_path: Path) -> None:
     host = EngineHostCore(trial.model_dump(mode="json"), ctx.model_dump(mode="json"))
     try:
         info = host.launch()
-        assert isinstance(info["argv"], list) and info["pgid"]
+        assert isinstance(info.argv, list) and info.pgid
         ready = host.wait_ready(600)
-        assert "failure" not in ready, f"{ready.get('failure')}: {ready.get('message')}\n" \
-                                       f"{ready.get('log_tail', '')[-3000:]}"
-        assert ready["mismatches"] == []
-        kinds = {e["kind"] for e in ready["events"]}
+        assert ready.failure is None, f"{ready.failure}: {ready.message}\n" \
+                                      f"{ready.log_tail[-3000:]}"
+        assert ready.mismatches == []
+        kinds = {e["kind"] for e in ready.events}
         assert kinds & {"kv_pool", "kv_blocks"}, f"no KV pool event in {sorted(kinds)}"
-        assert ready["applied"], "the log gave no applied settings"
+        assert ready.applied, "the log gave no applied settings"
 
-        usage, chunks = _stream(ready["base_url"], "conformance", list(range(100, 100 + PROMPT)))
+        usage, chunks = _stream(ready.base_url, "conformance", list(range(100, 100 + PROMPT)))
         assert usage["completion_tokens"] == OUTPUT
         assert usage["prompt_tokens"] == PROMPT
         assert chunks >= 1
 
-        with urllib.request.urlopen(ready["base_url"] + adapter.metrics_path, timeout=10) as r:
+        with urllib.request.urlopen(ready.base_url + adapter.metrics_path, timeout=10) as r:
             sample = adapter.parse_metrics(r.read().decode(), 0.0)
         assert sample.running is not None and sample.waiting is not None
         assert sample.kv_usage is not None
-        assert host.observe()["alive"]
+        assert host.observe().alive
     finally:
         stopped = host.stop(30)
-    assert stopped["leftovers"] == []
+    assert stopped.leftovers == []
     assert marked_processes(host.marker) == []

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from actors.contracts.config import ModelSpec, SimOptions, TrialConfig, Workload
 from actors.engine_host import EngineHostCore, set_aside_previous_attempt
 from actors.engines import LaunchContext
 from actors.procs import marked_processes
-from orchestrator.spec import ModelSpec, SimOptions, TrialConfig, Workload
 
 
 def _host(trial_dir: Path) -> EngineHostCore:
@@ -25,7 +25,7 @@ def test_a_rerun_reads_only_its_own_server_log(tmp_path: Path) -> None:
     try:
         first.launch()
         old = first.wait_ready(60)
-        assert "failure" not in old
+        assert old.failure is None
     finally:
         first.stop(30)
     (tmp_path / "requests.csv").write_text("partial\n")
@@ -33,16 +33,16 @@ def test_a_rerun_reads_only_its_own_server_log(tmp_path: Path) -> None:
     try:
         second.launch()
         new = second.wait_ready(60)
-        assert "failure" not in new, new
-        listening = [e for e in new["events"] if e["kind"] == "listening"]
+        assert new.failure is None, new
+        listening = [e for e in new.events if e["kind"] == "listening"]
         assert len(listening) == 1, listening
-        port = new["base_url"].rsplit(":", 1)[1]
+        port = (new.base_url or "").rsplit(":", 1)[1]
         assert f":{port}" in (tmp_path / "server.log").read_text()
     finally:
         second.stop(30)
     kept = tmp_path / "attempt-1"
     assert (kept / "requests.csv").read_text() == "partial\n"
-    assert old["base_url"].rsplit(":", 1)[1] in (kept / "server.log").read_text()
+    assert (old.base_url or "").rsplit(":", 1)[1] in (kept / "server.log").read_text()
     assert not (tmp_path / "requests.csv").exists()
     assert marked_processes("attempts/") == []
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import yaml
 
 from actors.procs import marked_processes
-from orchestrator.cli import main
-from orchestrator.ledger import Ledger
+from orchestrator.commands.cli import main
+from orchestrator.results.ledger import Ledger
 from tests.conftest import minimal_spec
 from tests.simserver import sim_config, sim_server
 

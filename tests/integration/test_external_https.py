@@ -9,8 +9,8 @@ import subprocess
 import pytest
 import yaml
 
-from orchestrator.cli import main
-from orchestrator.ledger import Ledger
+from orchestrator.commands.cli import main
+from orchestrator.results.ledger import Ledger
 from tests.conftest import minimal_spec
 from tests.simserver import sim_config, sim_server
 

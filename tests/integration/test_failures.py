@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from actors.procs import marked_processes
-from orchestrator.cli import main
-from orchestrator.ledger import Ledger
+from orchestrator.commands.cli import main
+from orchestrator.results.ledger import Ledger
 from tests.conftest import minimal_spec
 
 FAULTS = {

@@ -8,7 +8,7 @@ import pytest
 
 from actors.loadgen import fastread
 from actors.loadgen.pool import ConnectionPool, stream_request_lean
-from actors.loadgen.results import RequestRecord
+from actors.loadgen.records import RequestRecord
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -29,7 +29,7 @@ def _level(url: str, hog_s: float | None) -> dict:
     async def run() -> dict:
         hog = asyncio.create_task(_hog(hog_s)) if hog_s else None
         try:
-            return await core.run_level(4, 0)
+            return (await core.run_level(4, 0)).model_dump(mode="json")
         finally:
             if hog:
                 hog.cancel()

@@ -17,11 +17,11 @@ from unittest import mock
 import aiohttp
 import pytest
 
+from actors.contracts.shapes import load_shape
 from actors.loadgen import fastread
 from actors.loadgen.actor import CSV_FIELDS, LoadGeneratorCore
 from actors.sim.config import SimServerConfig, parse_fault
 from actors.sim.perf import SimConfig
-from actors.sim.shapes import load_shape
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.timeout(60)
@@ -79,7 +79,7 @@ def run_level(url: str, w: dict, c: int = 4, time_scale: float = 0.1,
                              transport="lean" if python_reads else transport, shards=shards)
     with mock.patch.object(fastread, "reader", lambda *a: None) if python_reads \
             else contextlib.nullcontext():
-        return asyncio.run(core.run_level(c, 0)), core
+        return asyncio.run(core.run_level(c, 0)).model_dump(mode="json"), core
 
 
 #: every transport and read pass: "lean" reads natively where it can (as in CI)
@@ -137,9 +137,9 @@ def test_lean_transport_without_epoll_reads_each_socket_from_the_loop(
 def test_lean_transport_reading_one_socket_per_callback_is_just_as_exact(healthy: str):
     """``pass_size`` only bounds how many sockets one loop callback reads (loop-turn length
     against CPU); the smallest still gives a valid level with exact counts."""
+    from actors.contracts.config import Workload
     from actors.loadgen.level import LevelRunner
     from actors.loadgen.prompts import PromptFactory
-    from orchestrator.spec import Workload
 
     w = Workload(**workload(warmup_requests=0))
     runner = LevelRunner(healthy, "sim-model", w, PromptFactory(list(range(100, 30000)), 32),

@@ -7,8 +7,8 @@ import ray
 import yaml
 from ray.cluster_utils import Cluster
 
-from orchestrator.cli import main
-from orchestrator.ledger import Ledger
+from orchestrator.commands.cli import main
+from orchestrator.results.ledger import Ledger
 from tests.conftest import minimal_spec
 
 

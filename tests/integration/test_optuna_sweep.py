@@ -5,8 +5,8 @@ from __future__ import annotations
 import optuna
 import yaml
 
-from orchestrator.cli import main
-from orchestrator.ledger import Ledger
+from orchestrator.commands.cli import main
+from orchestrator.results.ledger import Ledger
 from tests.conftest import minimal_spec
 
 

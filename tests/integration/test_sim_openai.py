@@ -62,7 +62,7 @@ def test_a_client_that_stops_reading_gets_every_token_as_its_own_event(tmp_path)
     import time
 
     from actors.loadgen.client import StreamCounter
-    from actors.loadgen.results import RequestRecord
+    from actors.loadgen.records import RequestRecord
     from actors.loadgen.sse import SSEParser
 
     n = 2048  # ~0.5 MB of events: far past the sim's 64 KiB write backlog

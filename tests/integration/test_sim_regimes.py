@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from orchestrator.analysis import levels_frame
-from orchestrator.capacity import predict_level
-from orchestrator.cli import main
-from orchestrator.ledger import Ledger
+from orchestrator.commands.cli import main
+from orchestrator.planning.capacity import predict_level
+from orchestrator.results.analysis import levels_frame
+from orchestrator.results.ledger import Ledger
 from tests.conftest import minimal_spec
 
 

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from orchestrator.cli import main
-from orchestrator.ledger import Ledger
+from orchestrator.commands.cli import main
+from orchestrator.results.ledger import Ledger
 from tests.conftest import minimal_spec
 
 

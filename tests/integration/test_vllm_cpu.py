@@ -16,8 +16,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from actors.procs import marked_processes
-from orchestrator.cli import main
-from orchestrator.ledger import Ledger
+from orchestrator.commands.cli import main
+from orchestrator.results.ledger import Ledger
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1800)]
@@ -106,7 +106,9 @@ def test_kv_capacity_recorded_and_seen_in_metrics(sweep):
         # 16,384 x 96 = 1,572,864 "tokens"
         assert cap.block_size == 128 and cap.pool_blocks == 16_384
         assert cap.pool_tokens == 1_572_864
-        assert cap.blocks_per_request == 1 and cap.full_length_capacity == 16_384
+        # vLLM reserves block 0 as its null block: 16,383 usable, one request each
+        assert cap.usable_blocks == 16_383
+        assert cap.blocks_per_request == 1 and cap.full_length_capacity == 16_383
         for lv in r.levels:
             # /metrics vllm:cache_config_info agrees with what the log gave
             assert lv.server.block_size == 128 and lv.server.num_blocks == cap.pool_blocks
@@ -136,7 +138,7 @@ def test_no_server_process_outlives_the_sweep(sweep):
 
 
 def test_example_spec_is_runnable_as_written():
-    from orchestrator.plan import plan_sweep
+    from orchestrator.planning.plan import plan_sweep
     from orchestrator.spec import load_spec
 
     planned = plan_sweep(load_spec(SPEC))

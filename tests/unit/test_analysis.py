@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from actors.loadgen.results import LevelMetrics, LevelResult
-from orchestrator.analysis import crossovers, pareto_front, winners
-from orchestrator.results import TrialResult, TrialStatus
-from orchestrator.spec import SLO, TrialConfig
+from actors.contracts.config import TrialConfig
+from actors.contracts.results import LevelMetrics, LevelResult, TrialResult
+from actors.contracts.states import TrialStatus
+from orchestrator.results.analysis import crossovers, pareto_front, winners
+from orchestrator.spec import SLO
 
 
 def _trial(profile: str, tputs: dict[int, float], ttft99: float = 100.0,

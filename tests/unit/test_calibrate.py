@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from actors.loadgen.results import LevelMetrics, LevelResult
-from actors.sim.hardware import get_hardware
+from actors.contracts.config import TrialConfig
+from actors.contracts.hardware import get_hardware
+from actors.contracts.results import LevelMetrics, LevelResult, TrialResult
+from actors.contracts.shapes import get_preset
+from actors.contracts.states import TrialStatus
 from actors.sim.perf import SimConfig
 from actors.sim.predict import build_engine, simulate_closed_loop
-from actors.sim.shapes import get_preset
-from orchestrator.calibrate import calibrate, collect_points
-from orchestrator.results import TrialResult, TrialStatus
-from orchestrator.spec import TrialConfig, parse_spec
+from orchestrator.results.calibrate import calibrate, collect_points
+from orchestrator.spec import parse_spec
 from tests.conftest import minimal_spec
 
 TRUTH = {"gemm_eff": 0.45, "mem_eff": 0.6}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from orchestrator.capacity_cmd import add_parser, explain_log
+from orchestrator.commands.capacity import add_parser, explain_log
 from orchestrator.errors import ServesweepError, UsageError
 from tests.conftest import FIXTURES
 
@@ -138,7 +138,7 @@ def test_bad_arguments_exit_2(capsys):
 
 
 def test_wired_into_the_cli(capsys):
-    from orchestrator import cli
+    from orchestrator.commands import cli
 
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

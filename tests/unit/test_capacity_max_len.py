@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from actors.engines import get_adapter
-from orchestrator.capacity import check_observation, length_rejection, predict_level
-from orchestrator.plan import plan_sweep
+from orchestrator.execution.cluster import RayCluster
+from orchestrator.execution.trial import TrialExecution
+from orchestrator.planning.capacity import check_observation, length_rejection, predict_level
+from orchestrator.planning.plan import plan_sweep
 from orchestrator.spec import SweepSpec
-from orchestrator.trial_exec import TrialExecution
 from tests.conftest import FIXTURES, minimal_spec
 
 H200_DEFAULT = FIXTURES / "vllm" / "vllm-0.26.0-h200-default.log"  # max_model_len 2048
@@ -53,21 +54,29 @@ def trial(engine: str, prompt: int, output: int, **axes) -> TrialExecution:
     data["workload"] = {"prompt_tokens": prompt, "output_tokens": output, "concurrency": [1]}
     data["space"] = [{"engine": engine, **axes}]
     spec = SweepSpec.model_validate(data)
-    return TrialExecution(plan_sweep(spec)[0], spec, "sweep", Path("/nonexistent"), None, False)
+    return TrialExecution(plan_sweep(spec)[0], spec, "sweep", Path("/nonexistent"), None, False,
+                          RayCluster())
 
 
 def applied_from_log(engine: str, log: Path) -> dict:
+    return ready_from_log(engine, log)[0]
+
+
+def ready_from_log(engine: str, log: Path) -> tuple[dict, list[dict]]:
+    """What the host's ``Readiness`` carries for a server that wrote ``log``: the applied
+    settings and the events as the host summarises them (``{"kind": ..., **data}``)."""
     adapter = get_adapter(engine)
-    return adapter.applied([ev for line in log.read_text().splitlines()
-                            for ev in adapter.parse_log_line(line)])
+    events = [ev for line in log.read_text().splitlines() for ev in adapter.parse_log_line(line)]
+    return adapter.applied(events), [{"kind": ev.kind, **ev.data} for ev in events]
 
 
 def test_trial_capacity_says_a_vllm_server_rejects_every_request():
-    cap = trial("vllm", 3000, 256)._capacity(applied_from_log("vllm", H200_DEFAULT), [])
+    cap = trial("vllm", 3000, 256)._capacity(*ready_from_log("vllm", H200_DEFAULT))
     assert (cap.max_model_len, cap.rejects_requests) == (2048, True)
     assert "rejects every request" in cap.note and "max model length of 2,048" in cap.note
     assert "log: max model length" in cap.sources
     assert cap.pool_blocks == 58_351  # the pool is still reported
+    assert cap.usable_blocks == 58_350  # less vLLM's null block
 
 
 def test_trial_capacity_fits_when_the_request_does():
@@ -76,9 +85,9 @@ def test_trial_capacity_fits_when_the_request_does():
 
 
 def test_trial_capacity_reads_trtllm_max_seq_len():
-    applied = applied_from_log("trtllm", TRT_GRAPH)
-    assert not trial("trtllm", 8000, 1000)._capacity(applied, []).rejects_requests
-    cap = trial("trtllm", 86_000, 1000)._capacity(applied, [])
+    ready = ready_from_log("trtllm", TRT_GRAPH)
+    assert not trial("trtllm", 8000, 1000)._capacity(*ready).rejects_requests
+    cap = trial("trtllm", 86_000, 1000)._capacity(*ready)
     assert (cap.max_model_len, cap.rejects_requests) == (86_720, True)
 
 

@@ -6,7 +6,7 @@ import json
 
 import yaml
 
-from orchestrator.cli import main
+from orchestrator.commands.cli import main
 from tests.conftest import ROOT, minimal_spec
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from actors.loadgen.client import StreamCounter
 from actors.loadgen.proof import Verdict, judge, prove, text_tolerance
-from actors.loadgen.results import RequestRecord, StreamProof
+from actors.loadgen.records import RequestRecord, StreamProof
 
 
 def _event(text: str, ids: list[int] | None = None, usage: int | None = None) -> bytes:

@@ -6,10 +6,10 @@ import shutil
 
 import pytest
 
-from actors.sim.shapes import load_shape
-from orchestrator.calibrate import calibrate, collect_points
-from orchestrator.cli import main
-from orchestrator.ledger import Ledger
+from actors.contracts.shapes import load_shape
+from orchestrator.commands.cli import main
+from orchestrator.results.calibrate import calibrate, collect_points
+from orchestrator.results.ledger import Ledger
 from orchestrator.spec import load_spec
 from tests.conftest import FIXTURES, ROOT
 
@@ -66,7 +66,7 @@ def test_real_tensor_parallel_sweep_on_two_h200s_and_the_sims_ranking(h200_home)
     """TP 1 vs 2 on the 2 x H200 machine: servesweep verified the TP each server ran with;
     TP 2 holds half the weights per GPU, twice the KV pool, and is faster at every level,
     and the sim's default profile (uncalibrated) ranks the two the same way."""
-    from orchestrator.calibrate import predict_points
+    from orchestrator.results.calibrate import predict_points
 
     ledger = Ledger.open("h200x2-vllm-tp")
     spec = load_spec(ledger.dir / "spec.yaml")

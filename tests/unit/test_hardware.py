@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from actors.sim.hardware import get_hardware, hardware_names
+from actors.contracts.hardware import get_hardware, hardware_names
 from orchestrator.spec import parse_spec
 from tests.conftest import minimal_spec
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from actors.contracts.config import Workload
+from actors.contracts.results import ClientHealth
 from actors.loadgen.level import CHAT_TEMPLATE_MAX_OVERHEAD, aggregate_level
-from actors.loadgen.results import ClientHealth, RequestRecord, StreamProof
-from orchestrator.spec import Workload
+from actors.loadgen.records import RequestRecord, StreamProof
 
 W = Workload(prompt_tokens=16, output_tokens=4, concurrency=[2], rounds=3, warmup_requests=0)
 HEALTHY = ClientHealth(loop_lag_p99_ms=0.5, cpu_frac=0.2)

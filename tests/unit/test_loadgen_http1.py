@@ -10,7 +10,7 @@ import pytest
 from actors.loadgen.client import StreamCounter
 from actors.loadgen.http1 import Connection, _scan
 from actors.loadgen.pool import ConnectionPool
-from actors.loadgen.results import RequestRecord
+from actors.loadgen.records import RequestRecord
 from tests.conftest import FIXTURES
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"

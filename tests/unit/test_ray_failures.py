@@ -21,8 +21,8 @@ from ray.exceptions import (
     WorkerCrashedError,
 )
 
-from actors.engines.base import FAILURE_CLASSES
-from orchestrator.failures import PHASE_CALLS, classify_ray_error, raised_class
+from actors.contracts.states import FailureClass
+from orchestrator.execution.failures import PHASE_CALLS, classify_ray_error, raised_class
 
 TOKEN_IDS = "need at least two usable token ids"
 TRACEBACK = (
@@ -106,7 +106,7 @@ def test_node_or_process_gone_is_node_lost(err, needle, phase):
 
 def test_classes_are_known_failure_classes():
     for phase in PHASE_CALLS:
-        assert raised_class(phase) in FAILURE_CLASSES
+        assert raised_class(phase) in set(FailureClass)
 
 
 def test_long_messages_are_clipped():

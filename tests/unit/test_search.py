@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import optuna
 
-from actors.loadgen.results import LevelMetrics, LevelResult
-from orchestrator.plan import plan_sweep
-from orchestrator.results import TrialResult, TrialStatus
-from orchestrator.search import GridSearcher, OptunaSearcher, objective_value
+from actors.contracts.results import LevelMetrics, LevelResult, TrialResult
+from actors.contracts.states import TrialStatus
+from orchestrator.planning.plan import plan_sweep
+from orchestrator.planning.search import GridSearcher, OptunaSearcher, objective_value
 from orchestrator.spec import parse_spec
 from tests.conftest import minimal_spec
 

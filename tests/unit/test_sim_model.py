@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from actors.sim.hardware import get_hardware
+from actors.contracts.hardware import get_hardware
+from actors.contracts.shapes import ModelShape, get_preset, load_shape, shape_from_hf_config
 from actors.sim.perf import PROFILES, SimConfig, plan_memory
 from actors.sim.predict import build_engine, simulate_closed_loop
-from actors.sim.shapes import ModelShape, get_preset, load_shape, shape_from_hf_config
-from orchestrator.capacity import predict_level
+from orchestrator.planning.capacity import predict_level
 from tests.conftest import ROOT
 
 LLAMA8 = get_preset("llama-3.1-8b")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from actors.contracts.config import TrialConfig
 from orchestrator.errors import SpecError
-from orchestrator.spec import TrialConfig, load_spec, parse_spec
+from orchestrator.spec import load_spec, parse_spec
 from tests.conftest import ROOT, minimal_spec
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from actors.loadgen.client import StreamCounter
-from actors.loadgen.results import RequestRecord
+from actors.loadgen.records import RequestRecord
 from actors.loadgen.sse import DONE, SSEParser
 from tests.conftest import FIXTURES
 

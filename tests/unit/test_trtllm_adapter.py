@@ -16,6 +16,7 @@ import pytest
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from actors.contracts.config import LaunchOptions, ModelSpec, TrialConfig, Workload
 from actors.engines import LaunchContext, LogEvent, adapter_names, get_adapter
 from actors.engines import trtllm_options as opts_mod
 from actors.engines.trtllm_options import (
@@ -27,15 +28,8 @@ from actors.engines.trtllm_options import (
     unknown_keys,
 )
 from orchestrator.errors import SpecError
-from orchestrator.feasibility import infeasible_reason
-from orchestrator.spec import (
-    LaunchOptions,
-    ModelSpec,
-    TrialConfig,
-    Workload,
-    load_spec,
-    parse_spec,
-)
+from orchestrator.planning.feasibility import infeasible_reason
+from orchestrator.spec import load_spec, parse_spec
 from tests.conftest import FIXTURES, ROOT
 
 TRT = FIXTURES / "trtllm"

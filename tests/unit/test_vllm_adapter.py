@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from actors.contracts.config import LaunchOptions, ModelSpec, TrialConfig, Workload
 from actors.engines import LaunchContext, get_adapter
 from actors.engines.base import redact
 from actors.engines.vllm import DEFAULT_PYTHON, REPO_ROOT, vllm_python
 from orchestrator.errors import SpecError
-from orchestrator.plan import plan_sweep
-from orchestrator.spec import LaunchOptions, ModelSpec, TrialConfig, Workload, parse_spec
+from orchestrator.planning.plan import plan_sweep
+from orchestrator.spec import parse_spec
 from tests.conftest import FIXTURES
 
 H200 = FIXTURES / "vllm"

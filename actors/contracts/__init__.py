@@ -1,0 +1,14 @@
+"""The bottom layer: types that cross the driver/actor boundary. Imports nothing else of
+the project (checked by tests/unit/test_layers.py).
+
+- ``config``: ``TrialConfig`` (its hash is the trial key), ``Workload``, ``ModelSpec``,
+  ``LaunchOptions``, ``SimOptions``, ``SpaceEntry`` and ``SpecRules`` (the engines'
+  checks, handed in through validation's context).
+- ``results``: ``LevelResult`` (and its metrics, rounds, server observation, client
+  health), ``TrialResult``, ``TrialStatus``, ``Capacity``.
+- ``kv``: ``KvPool``, the KV cache pool a server's log states (``EngineAdapter.kv_pool``).
+- ``hardware``: the accelerator catalog (``hardware.yaml``, plus a user file).
+- ``shapes``: model shapes (presets, or a model's ``config.json``).
+- ``settings``: every ``SERVESWEEP_*`` environment variable (``settings()``), and the
+  engine marker's name.
+"""

@@ -1,0 +1,289 @@
+"""The configuration types that cross the driver/actor boundary.
+
+A trial's server settings (``TrialConfig``), the work it is measured under
+(``Workload``), the model, how to launch or reach the engine (``LaunchOptions``),
+the sim's options and one engine's part of a search space (``SpaceEntry``). Every
+model is frozen and forbids unknown fields. Checks that need the engines (which
+engines exist, an engine's own rules for its space, the sim's profiles) run only
+when validation is given ``SpecRules`` in its context (``orchestrator.spec`` does),
+so this layer imports nothing else of the project.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+__all__ = ["Frozen", "TrialConfig", "Workload", "ModelSpec", "SimOptions", "LaunchOptions",
+           "SpaceEntry", "SpecRules", "AXES", "Precision", "KvDtype", "Scalar", "PosInt"]
+
+Precision = Literal["auto", "bf16", "fp16", "fp8", "nvfp4"]
+KvDtype = Literal["auto", "bf16", "fp16", "fp8"]
+Scalar = str | int | float | bool
+PosInt = Annotated[int, Field(gt=0)]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TrialConfig(Frozen):
+    """One server configuration: the unit a sweep measures.
+
+    ``key()`` is a stable hash of every field and names the trial everywhere
+    (ledger, MLflow, logs). ``extras`` holds engine-specific options; each
+    adapter allow-lists and types them before launch.
+    """
+
+    engine: str
+    profile: str | None = None  # sim only: the engine it imitates (vllm | trtllm)
+    tp: PosInt = 1
+    weights: Precision = "bf16"
+    kv_dtype: KvDtype = "auto"
+    cuda_graphs: bool = True
+    graph_max_batch: PosInt | None = None
+    max_num_seqs: PosInt | None = None
+    max_num_tokens: PosInt | None = None
+    max_model_len: PosInt | None = None
+    gpu_memory_fraction: float = Field(default=0.9, gt=0, le=1)
+    extras: dict[str, Scalar] = Field(default_factory=dict)
+
+    def key(self) -> str:
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def label(self) -> str:
+        """Short human name: ``sim:trtllm tp1 bf16 kv=fp8 graphs``."""
+        eng = f"{self.engine}:{self.profile}" if self.profile else self.engine
+        parts = [eng, f"tp{self.tp}", self.weights, f"kv={self.kv_dtype}",
+                 "graphs" if self.cuda_graphs else "eager"]
+        for name in ("max_num_seqs", "max_num_tokens", "graph_max_batch"):
+            value = getattr(self, name)
+            if value is not None:
+                parts.append(f"{name}={value}")
+        parts += [f"{k}={v}" for k, v in sorted(self.extras.items())]
+        if self.gpu_memory_fraction != 0.9:
+            parts.append(f"mem={self.gpu_memory_fraction}")
+        return " ".join(parts)
+
+    def flat_params(self) -> dict[str, str]:
+        """Every field as a string, extras prefixed ``extra.``; for MLflow params."""
+        out = {k: str(v) for k, v in self.model_dump().items() if k != "extras"}
+        out.update({f"extra.{k}": str(v) for k, v in self.extras.items()})
+        return out
+
+
+class Workload(Frozen):
+    """Matched work: every request sends ``prompt_tokens`` and decodes exactly ``output_tokens``."""
+
+    prompt_tokens: PosInt
+    output_tokens: PosInt
+    concurrency: list[PosInt] = Field(min_length=1)
+    rounds: PosInt | None = None  # None: 5 at concurrency <= 4, else 3
+    requests_per_round: PosInt | None = None  # None: max(2 * concurrency, 4)
+    warmup_requests: int = Field(default=4, ge=0)
+    api: Literal["completions", "chat"] = "completions"
+    shared_prefix_tokens: int = Field(default=0, ge=0)
+    request_rate: float | None = Field(default=None, gt=0)  # open loop (Poisson) if set
+    noise_band: float = Field(default=0.05, gt=0, lt=1)
+    connect_timeout_s: float = Field(default=10, gt=0)
+    stall_timeout_s: float = Field(default=60, gt=0)
+    level_timeout_s: float = Field(default=900, gt=0)
+    seed: int = 0
+    #: the load generator's processes on the server's node, each with its own event loop
+    #: and share of the streams: one core's worth of reading each (a level flagged
+    #: ``client_bound`` at one shard wants more)
+    client_shards: PosInt = 1
+    #: ``lean`` (raw sockets, the faster) or ``aiohttp``
+    client_transport: Literal["lean", "aiohttp"] = "lean"
+    #: let levels flagged ``unverified`` (output counted from the server's usage alone) win
+    trust_usage: bool = False
+
+    @field_validator("concurrency")
+    @classmethod
+    def _sorted_unique(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"concurrency levels must be distinct, got {v}")
+        return sorted(v)
+
+    @model_validator(mode="after")
+    def _prefix_fits(self) -> Workload:
+        if self.shared_prefix_tokens >= self.prompt_tokens:
+            raise ValueError("shared_prefix_tokens must be smaller than prompt_tokens")
+        return self
+
+    def rounds_for(self, concurrency: int) -> int:
+        if self.rounds is not None:
+            return self.rounds
+        return 5 if concurrency <= 4 else 3
+
+    def requests_for(self, concurrency: int) -> int:
+        if self.requests_per_round is not None:
+            return max(self.requests_per_round, concurrency)
+        return max(2 * concurrency, 4)
+
+    @property
+    def request_tokens(self) -> int:
+        return self.prompt_tokens + self.output_tokens
+
+
+class ModelSpec(Frozen):
+    """A named shape preset (sim only) or a model path / hub id served by a real engine."""
+
+    preset: str | None = None
+    path: str | None = None
+    tokenizer: str | None = None  # default: path
+    served_name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        if (self.preset is None) == (self.path is None):
+            raise ValueError("give exactly one of model.preset or model.path")
+        return self
+
+    @property
+    def display_name(self) -> str:
+        return self.served_name or self.preset or Path(self.path or "model").name
+
+
+class SimOptions(Frozen):
+    """Options of the simulated engine. ``time_scale`` < 1 runs faster than real time."""
+
+    time_scale: float = Field(default=1.0, ge=0, le=1)
+    seed: int = 0
+    # tokens per SSE chunk; None: 1 at time_scale >= 0.5, else ceil(0.5 / time_scale), so a
+    # sped-up sim does not offer the client more chunks per second than it can read
+    stream_interval: PosInt | None = None
+    # per-profile field overrides, e.g. what `servesweep calibrate` fitted:
+    #   profiles: {vllm: {gemm_eff: 0.66, mem_eff: 0.71}}
+    profiles: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+    @field_validator("profiles")
+    @classmethod
+    def _fittable(cls, v: dict[str, dict[str, float]],
+                  info: ValidationInfo) -> dict[str, dict[str, float]]:
+        rules = _rules(info)
+        if rules is None:
+            return v
+        profiles, fittable = rules.sim_profiles(), rules.fittable()
+        for name, fields in v.items():
+            if name not in profiles:
+                raise ValueError(f"unknown sim profile {name!r}; use one of {sorted(profiles)}")
+            bad = set(fields) - set(fittable)
+            if bad:
+                raise ValueError(f"{name}: {sorted(bad)} cannot be set; use {', '.join(fittable)}")
+        return v
+
+    def chunk_tokens(self) -> int:
+        if self.stream_interval is not None:
+            return self.stream_interval
+        if self.time_scale >= 0.5 or self.time_scale == 0:
+            return 1
+        return math.ceil(0.5 / self.time_scale)
+
+
+class LaunchOptions(Frozen):
+    """How to start (or reach) the engine; not part of the trial key."""
+
+    python: str | None = None  # interpreter of the engine's own venv (vLLM)
+    executable: str | None = None  # e.g. trtllm-serve
+    base_url: str | None = None  # external engine
+    api_key_env: str | None = None  # name of the env var holding the API key
+    release: str | None = None  # TensorRT-LLM release layout, e.g. "1.0"
+    host: str = "127.0.0.1"
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+AXES = ("profile", "tp", "weights", "kv_dtype", "cuda_graphs", "graph_max_batch",
+        "max_num_seqs", "max_num_tokens", "max_model_len", "gpu_memory_fraction")
+
+
+def _listify(v: Any) -> Any:
+    return v if isinstance(v, list) else [v]
+
+
+class SpaceEntry(Frozen):
+    """One engine's part of the search space: every axis is a value or a list of values."""
+
+    engine: str
+    profile: list[str | None] = [None]
+    tp: list[PosInt] = [1]
+    weights: list[Precision] = ["bf16"]
+    kv_dtype: list[KvDtype] = ["auto"]
+    cuda_graphs: list[bool] = [True]
+    graph_max_batch: list[PosInt | None] = [None]
+    max_num_seqs: list[PosInt | None] = [None]
+    max_num_tokens: list[PosInt | None] = [None]
+    max_model_len: list[PosInt | None] = [None]
+    gpu_memory_fraction: list[Annotated[float, Field(gt=0, le=1)]] = [0.9]
+    extras: dict[str, list[Scalar]] = Field(default_factory=dict)
+    launch: LaunchOptions = LaunchOptions()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lists(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            for axis in AXES:
+                if axis in data:
+                    data[axis] = _listify(data[axis])
+            if isinstance(data.get("extras"), dict):
+                data["extras"] = {k: _listify(v) for k, v in data["extras"].items()}
+        return data
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, v: str, info: ValidationInfo) -> str:
+        rules = _rules(info)
+        if rules is not None and v not in rules.engine_names():
+            raise ValueError(f"unknown engine {v!r}; use one of: "
+                             f"{', '.join(rules.engine_names())}")
+        return v
+
+    @model_validator(mode="after")
+    def _engine_rules(self, info: ValidationInfo) -> SpaceEntry:
+        rules = _rules(info)
+        if rules is not None:
+            rules.check_space(self)
+        return self
+
+    def expand(self, default_profile: str | None = None) -> list[TrialConfig]:
+        """The cross product of the axes (and the extras), in declaration order; a sim
+        entry without a profile gets ``default_profile``."""
+        axes = [getattr(self, a) for a in AXES]
+        extra_keys = sorted(self.extras)
+        extra_vals = [self.extras[k] for k in extra_keys]
+        out = []
+        for combo in itertools.product(*axes, *extra_vals):
+            fields = dict(zip(AXES, combo[: len(AXES)]))
+            extras = dict(zip(extra_keys, combo[len(AXES):]))
+            if fields["profile"] is None and default_profile is not None:
+                fields["profile"] = default_profile
+            out.append(TrialConfig(engine=self.engine, extras=extras, **fields))
+        return out
+
+
+
+
+class SpecRules(Protocol):
+    """What validation needs to know of the engines (given as ``context={"rules": ...}``)."""
+
+    def engine_names(self) -> list[str]: ...
+
+    def check_space(self, entry: SpaceEntry) -> None:
+        """Raise ValueError naming the field when ``entry`` cannot apply to its engine."""
+
+    def sim_profiles(self) -> list[str]: ...
+
+    def fittable(self) -> list[str]: ...
+
+
+def _rules(info: ValidationInfo) -> SpecRules | None:
+    ctx = info.context
+    return ctx.get("rules") if isinstance(ctx, dict) else None

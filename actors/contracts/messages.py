@@ -1,0 +1,67 @@
+"""What the actors answer the driver: one frozen model per ``EngineHost`` call.
+
+A failure is data (``failure`` + ``message``), never an exception: a broken engine is a
+failed trial, not a broken sweep. ``events`` are the adapter's log events without their
+raw lines (``{"kind": ..., **values}``); ``applied`` is what the server reports it runs
+with, as the engine's adapter reads it (``EngineAdapter.applied``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from actors.contracts.states import FailureClass
+
+__all__ = ["LaunchInfo", "Readiness", "Observation", "StopResult"]
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LaunchInfo(_Message):
+    """``EngineHost.launch``: where the server runs; the ledger records it at once."""
+
+    host: str
+    node_ip: str | None = None
+    node_id: str | None = None
+    argv: list[str] = Field(default_factory=list)  # secrets redacted
+    env: dict[str, str] = Field(default_factory=dict)  # secrets redacted
+    marker: str = ""  # in the server's environment: finds its processes later
+    pid: int | None = None  # None: nothing launched (external) or the launch failed
+    pgid: int | None = None
+    gpu_ids: list[str] = Field(default_factory=list)
+    failure: FailureClass | None = None
+    message: str = ""
+
+
+class Readiness(_Message):
+    """``EngineHost.wait_ready``: healthy (with the applied config) or a failure."""
+
+    base_url: str | None = None
+    startup_s: float | None = None
+    applied: dict[str, Any] = Field(default_factory=dict)
+    mismatches: list[str] = Field(default_factory=list)  # requested vs applied, spelled out
+    events: list[dict[str, Any]] = Field(default_factory=list)
+    failure: FailureClass | None = None
+    message: str = ""
+    log_tail: str = ""
+
+
+class Observation(_Message):
+    """``EngineHost.observe``: is the server alive, and what its log said so far."""
+
+    alive: bool
+    returncode: int | None = None
+    events: list[dict[str, Any]] = Field(default_factory=list)
+    log_tail: str = ""
+
+
+class StopResult(_Message):
+    """``EngineHost.stop``: how the process group ended and what (if anything) is left."""
+
+    returncode: int | None = None
+    killed: bool = False  # it needed SIGKILL
+    leftovers: list[int] = Field(default_factory=list)  # pids still alive after the stop

@@ -1,0 +1,161 @@
+"""Results: one concurrency level (``LevelResult``) and one trial (``TrialResult``).
+
+``LevelResult`` holds engine-time numbers: for a sim running at ``time_scale`` s < 1,
+latencies were divided by s and throughputs multiplied by s, so they read as if the
+simulated GPU ran in real time. A trial ends ``ok``, ``invalid``, ``failed`` (with a
+failure class) or ``infeasible`` (``TrialStatus``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from actors.contracts.config import TrialConfig
+from actors.contracts.states import (
+    INVALID_LEVEL,
+    FailureClass,
+    LevelFlag,
+    LevelStatus,
+    TrialStatus,
+)
+
+__all__ = ["LevelMetrics", "ServerObservation", "ClientHealth", "RoundResult", "LevelResult",
+           "Capacity", "TrialResult"]
+
+class _M(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LevelMetrics(_M):
+    """Median-round throughput and pooled latency percentiles of one concurrency level."""
+
+    output_tok_s: float
+    total_tok_s: float
+    requests_s: float
+    ttft_p50_ms: float | None = None
+    ttft_p90_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    e2e_p50_ms: float | None = None
+    e2e_p99_ms: float | None = None
+    decode_tok_s_per_req_p50: float | None = None
+    #: gaps between the reads that brought tokens (per chunk, not per token), beside ITL
+    chunk_gap_p50_ms: float | None = None
+    chunk_gap_p99_ms: float | None = None
+    round_spread: float = 0.0
+
+
+class ServerObservation(_M):
+    """What ``/metrics`` said during the level (None: not reported by the engine)."""
+
+    samples: int = 0
+    running_max: float | None = None
+    running_p50: float | None = None
+    waiting_max: float | None = None
+    waiting_p50: float | None = None
+    kv_usage_max: float | None = None
+    preemptions: float | None = None
+    block_size: int | None = None
+    num_blocks: int | None = None
+
+
+class ClientHealth(_M):
+    """The client's self-check over a level (the worst shard where there are several)."""
+
+    loop_lag_p99_ms: float
+    cpu_frac: float  # CPU seconds of the event-loop thread per wall second
+    shards: int = 1  # processes the level's streams were spread over
+    #: how the client read: "native" (the lean transport's C read pass), "python" (its
+    #: pure-Python pass: no C compiler, or not Linux) or "aiohttp"
+    reader: Literal["native", "python", "aiohttp"] = "python"
+
+
+class RoundResult(_M):
+    """One measured round (engine time). A level reports the median over its rounds."""
+
+    round: int
+    requests: int
+    duration_s: float
+    output_tok_s: float
+    total_tok_s: float | None = None  # None in results written before rounds kept them
+    requests_s: float | None = None
+
+
+class LevelResult(_M):
+    """One concurrency level of one trial."""
+
+    concurrency: int
+    status: LevelStatus
+    flags: list[LevelFlag] = Field(default_factory=list)
+    reason: str = ""
+    requests: int = 0
+    metrics: LevelMetrics | None = None
+    rounds: list[RoundResult] = Field(default_factory=list)
+    errors: dict[str, int] = Field(default_factory=dict)
+    count_mismatches: int = 0
+    #: what proved the output counts, request by request: source -> requests ("token ids",
+    #: "per-chunk usage", "tokenizer", "usage only", "none")
+    count_sources: dict[str, int] = Field(default_factory=dict)
+    server: ServerObservation = ServerObservation()
+    client: ClientHealth | None = None
+    time_scale: float = 1.0
+    wall_s: float = 0.0
+
+
+class Capacity(BaseModel):
+    """The KV pool a server reported and what it implies for the workload."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    policy: str
+    pool_tokens: int | None = None
+    block_size: int | None = None
+    pool_blocks: int | None = None
+    #: blocks requests can hold (``KvPool.usable_blocks``: vLLM keeps one as its null block)
+    usable_blocks: int | None = None
+    blocks_per_request: int | None = None
+    full_length_capacity: int | None = None  # requests that fit at full length (usable blocks)
+    max_model_len: int | None = None  # the server's longest request (log, else the config)
+    rejects_requests: bool = False  # prompt + output > max_model_len: every request refused
+    note: str = ""  # why, when ``rejects_requests``
+    sources: list[str] = Field(default_factory=list)
+
+
+class TrialResult(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key: str
+    config: TrialConfig
+    status: TrialStatus
+    #: a ``FailureClass`` value (failed), ``invalid_level`` (invalid), why it was pruned
+    #: (infeasible), empty (ok)
+    reason: str = ""
+    message: str = ""
+    levels: list[LevelResult] = Field(default_factory=list)
+    capacity: Capacity | None = None
+    startup_s: float | None = None
+    wall_s: float | None = None
+    applied: dict[str, Any] = Field(default_factory=dict)
+    versions: dict[str, str] = Field(default_factory=dict)
+    host: dict[str, Any] = Field(default_factory=dict)  # node, gpu ids, argv (redacted), pid
+    hardware: str = ""
+    time_scale: float = 1.0
+    log_tail: str = ""
+    attempt: int = 1
+
+    @model_validator(mode="after")
+    def _reason_fits_status(self) -> TrialResult:
+        if self.status is TrialStatus.FAILED and self.reason not in set(FailureClass):
+            raise ValueError(f"a failed trial's reason must be a failure class "
+                             f"({', '.join(FailureClass)}), not {self.reason!r}")
+        if self.status is TrialStatus.INVALID and self.reason != INVALID_LEVEL:
+            raise ValueError(f"an invalid trial's reason is {INVALID_LEVEL!r}, "
+                             f"not {self.reason!r}")
+        return self
+
+    def level(self, concurrency: int) -> LevelResult | None:
+        return next((lv for lv in self.levels if lv.concurrency == concurrency), None)

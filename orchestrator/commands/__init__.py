@@ -1,0 +1,7 @@
+"""The ``servesweep`` command line: one module per command, each with
+``add_parser(subparsers)`` that sets ``func`` (``cmd_<name>(args) -> exit code``).
+
+- ``cli``: ``main`` and the parser (``COMMANDS``).
+- ``run``: ``run`` and ``resume``; ``plan``; ``report``; ``capacity`` (explain a saved
+  server log); ``calibrate``; ``track`` (a ledger into MLflow).
+"""

@@ -1,0 +1,81 @@
+"""``servesweep plan SPEC [--predict] [--json]``: the trials, the infeasible ones with
+their reasons, and with ``--predict`` the performance model's numbers; starts nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import EXIT_OK
+
+if TYPE_CHECKING:
+    from orchestrator.planning.forecast import TrialPrediction
+
+__all__ = ["add_parser", "cmd_plan"]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("plan", help="list trials and infeasible ones (starts nothing)")
+    p.add_argument("spec")
+    p.add_argument("--predict", action="store_true",
+                   help="add the performance model's predictions and the sweep's duration")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
+    return p
+
+
+def _print(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from orchestrator.planning.plan import plan_sweep, spec_shape
+    from orchestrator.spec import load_spec
+
+    spec = load_spec(args.spec)
+    planned = plan_sweep(spec)
+    feasible = [p for p in planned if p.feasible]
+    preds: dict[str, TrialPrediction] = {}
+    total_s = None
+    if args.predict:
+        from orchestrator.planning.forecast import predict_sweep
+
+        plist, total_s = predict_sweep(planned, spec, spec_shape(spec))
+        preds = {p.key: p for p in plist}
+    if args.json:
+        out = {"spec": spec.name, "trials": [
+            {"key": p.config.key(), "label": p.config.label(), "feasible": p.feasible,
+             "reason": p.reason, "config": p.config.model_dump(mode="json"),
+             "prediction": (preds[p.config.key()].levels if p.config.key() in preds else None)}
+            for p in planned], "estimated_sweep_s": total_s}
+        _print(json.dumps(out, indent=1))
+        return EXIT_OK
+    _print(f"{spec.name}: {len(planned)} trials, {len(feasible)} to run, "
+           f"{len(planned) - len(feasible)} infeasible; concurrency {spec.workload.concurrency}; "
+           f"search {spec.search.kind}")
+    for i, p in enumerate(planned, 1):
+        mark = "run " if p.feasible else "skip"
+        line = f"  {i:3d}. {mark} {p.config.label()}  [{p.config.key()}]"
+        if not p.feasible:
+            line += f"\n          infeasible: {p.reason}"
+        _print(line)
+        pred = preds.get(p.config.key())
+        if pred is not None:
+            for lv in pred.levels:
+                wait = f" wait<={lv['max_waiting']}" if lv["max_waiting"] else ""
+                pre = f" preempt={lv['preemptions']}" if lv["preemptions"] else ""
+                _print(f"          c={lv['concurrency']:<4} {lv['output_tok_s']:9.1f} tok/s  "
+                       f"TTFT p50 {lv['ttft_p50_ms']:7.1f} ms  ITL p50 {lv['itl_p50_ms']:6.2f} ms"
+                       f"  run<={lv['max_running']}{wait}{pre}")
+    if args.predict and not preds:
+        _print("\nno prediction: the model's shape is unknown here (model.path needs a local "
+               "config.json, or use model.preset)")
+    elif total_s is not None:
+        m, s = divmod(int(total_s), 60)
+        scale = spec.sim.time_scale
+        note = f", sim time scale {scale}" if scale != 1 else ""
+        _print(f"\nEstimated sweep time: {m} min {s:02d} s (server starts + levels{note})")
+    elif not args.predict:
+        _print("\n(add --predict for the performance model's numbers and the sweep's duration)")
+    return EXIT_OK

@@ -1,0 +1,87 @@
+"""``servesweep run SPEC`` and ``servesweep resume SWEEP``: run a sweep, or finish one
+whose driver stopped."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import EXIT_OK
+
+__all__ = ["add_parser", "cmd_run", "cmd_resume"]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("run", help="run a sweep from a YAML spec")
+    p.add_argument("spec")
+    p.add_argument("--quiet", action="store_true", help="no per-level progress lines")
+    p.add_argument("--no-mlflow", action="store_true", help="ledger only, no MLflow tracking")
+    p.set_defaults(func=cmd_run)
+    p = subparsers.add_parser("resume",
+                              help="finish a sweep whose driver stopped (Ctrl-C, crash)")
+    p.add_argument("sweep", help="sweep id (or a unique prefix) or 'latest'")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--no-mlflow", action="store_true")
+    p.set_defaults(func=cmd_resume)
+    return p
+
+
+def _print(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def _nothing_to_run(spec_name: str, planned: list) -> int:
+    """Say why no trial of the spec can run; exit 0 (pruning is a result, not an error)."""
+    _print(f"{spec_name}: nothing to run: all {len(planned)} trial(s) are infeasible, so no "
+           "sweep was started (no Ray, no MLflow run, no sweep folder)")
+    for p in planned:
+        _print(f"  infeasible {p.config.label()}  [{p.config.key()}]: {p.reason}")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a sweep. Bad input exits 2 and a spec whose every trial is infeasible exits 0,
+    both before anything is created (no Ray, no MLflow store, no sweep folder)."""
+    from orchestrator.results.ledger import Ledger, state_root
+    from orchestrator.spec import load_spec
+
+    spec = load_spec(args.spec)  # bad input fails here, before anything is created
+    from orchestrator.planning.plan import plan_sweep
+
+    planned = plan_sweep(spec)
+    if not any(p.feasible for p in planned):  # the cluster's node sizes only prune more
+        return _nothing_to_run(spec.name, planned)
+    from orchestrator.execution.runner import execute, reap_orphans
+    from orchestrator.results.tracking import Tracker
+
+    root = state_root()
+    for sweep_id in reap_orphans(root):
+        _print(f"stopped engines left running by sweep {sweep_id} (its driver is gone)")
+    ledger = Ledger.create(Path(args.spec).read_text(), spec.name, root)
+    n_ok = sum(p.feasible for p in planned)
+    _print(f"sweep {ledger.sweep_id}: {len(planned)} trials ({n_ok} to run, "
+           f"{len(planned) - n_ok} infeasible) on {spec.hardware}; state in {ledger.dir}")
+    tracker = None if args.no_mlflow else Tracker(root)
+    return execute(spec, ledger, tracker, args.quiet, n_ok)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from actors.procs import reap
+    from orchestrator.execution.runner import execute
+    from orchestrator.planning.plan import plan_sweep
+    from orchestrator.results.ledger import Ledger, state_root
+    from orchestrator.results.tracking import Tracker
+    from orchestrator.spec import load_spec
+
+    ledger = Ledger.open(args.sweep)
+    spec = load_spec(ledger.dir / "spec.yaml")
+    left = reap(f"{ledger.sweep_id}/")
+    if left:
+        _print(f"stopped {len(left)} engine process(es) left by the earlier driver")
+    done = set(ledger.results())
+    planned = plan_sweep(spec)
+    todo = sum(1 for p in planned if p.feasible and p.config.key() not in done)
+    _print(f"resuming {ledger.sweep_id}: {len(done)} trial(s) final, {todo} to run")
+    tracker = None if args.no_mlflow else Tracker(state_root())
+    return execute(spec, ledger, tracker, args.quiet, todo)

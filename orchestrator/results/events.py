@@ -1,0 +1,86 @@
+"""What a ledger line can say: one model per event kind, a union discriminated on ``type``.
+
+An event of an unknown kind, or a trial result with an unknown status, failure class or
+level flag, is rejected when it is written (the model refuses it) and when it is read
+back (``parse_event``): the ledger holds nothing its readers cannot interpret.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from actors.contracts.results import TrialResult
+from actors.contracts.states import TrialStatus
+
+__all__ = ["EventKind", "Scheduled", "Started", "TrialRecorded", "Interrupted", "Reaped",
+           "DriverStarted", "LedgerEvent", "parse_event"]
+
+
+class EventKind(enum.StrEnum):
+    SCHEDULED = "scheduled"  # a trial was handed to the cluster
+    STARTED = "started"  # its server's process group exists (for reaping)
+    TRIAL = "trial"  # a trial's final result
+    INTERRUPTED = "interrupted"  # the driver stopped the sweep (Ctrl-C, SIGTERM)
+    REAPED = "reaped"  # a later driver stopped what a dead one left running
+    DRIVER = "driver"  # a driver took the sweep
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ts: float = Field(default_factory=time.time)
+
+
+class Scheduled(_Event):
+    type: Literal[EventKind.SCHEDULED] = EventKind.SCHEDULED
+    key: str
+    config: dict[str, Any]
+
+
+class Started(_Event):
+    type: Literal[EventKind.STARTED] = EventKind.STARTED
+    key: str
+    pid: int | None = None
+    pgid: int | None = None
+    marker: str = ""
+    host: str | None = None
+    node_id: str | None = None
+
+
+class TrialRecorded(_Event):
+    type: Literal[EventKind.TRIAL] = EventKind.TRIAL
+    key: str
+    status: TrialStatus
+    result: TrialResult
+
+
+class Interrupted(_Event):
+    type: Literal[EventKind.INTERRUPTED] = EventKind.INTERRUPTED
+    reason: str
+    reaped: list[Any] = Field(default_factory=list)
+
+
+class Reaped(_Event):
+    type: Literal[EventKind.REAPED] = EventKind.REAPED
+    reason: str
+    by: int | None = None
+
+
+class DriverStarted(_Event):
+    type: Literal[EventKind.DRIVER] = EventKind.DRIVER
+    pid: int
+    host: str
+
+
+LedgerEvent = Annotated[Scheduled | Started | TrialRecorded | Interrupted | Reaped
+                        | DriverStarted, Field(discriminator="type")]
+_ADAPTER: TypeAdapter[LedgerEvent] = TypeAdapter(LedgerEvent)
+
+
+def parse_event(line: str) -> LedgerEvent:
+    """One ledger line; raises ``pydantic.ValidationError`` for an unknown or bad event."""
+    return _ADAPTER.validate_json(line)

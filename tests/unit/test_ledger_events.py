@@ -1,0 +1,71 @@
+"""Ledger lines are typed events: a torn line never swallows the next, an unknown event,
+status, failure class or level flag is refused when written and when read back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from actors.contracts.config import TrialConfig
+from actors.contracts.results import LevelResult, TrialResult
+from actors.contracts.states import TrialStatus
+from orchestrator.errors import ServesweepError
+from orchestrator.results.events import DriverStarted, Scheduled, TrialRecorded
+from orchestrator.results.ledger import Ledger
+
+CFG = TrialConfig(engine="sim", profile="vllm")
+
+
+def _ledger(tmp_path) -> Ledger:
+    return Ledger.create("name: t\n", "t", tmp_path)
+
+
+def _result(**kw) -> TrialResult:
+    return TrialResult(key=CFG.key(), config=CFG, **kw)
+
+
+def test_events_round_trip_as_typed_models(tmp_path):
+    ledger = _ledger(tmp_path)
+    ledger.append(DriverStarted(pid=1, host="h"))
+    ledger.append(Scheduled(key=CFG.key(), config=CFG.model_dump(mode="json")))
+    ledger.record_result(_result(status=TrialStatus.OK))
+    kinds = [type(e) for e in ledger.events()]
+    assert kinds == [DriverStarted, Scheduled, TrialRecorded]
+    assert ledger.results()[CFG.key()].status is TrialStatus.OK
+
+
+def test_a_torn_line_is_ended_before_the_next_append(tmp_path):
+    ledger = _ledger(tmp_path)
+    ledger.append(DriverStarted(pid=1, host="h"))
+    with open(ledger.path, "a") as f:
+        f.write('{"type": "scheduled", "key": "ab')  # a crash mid-write
+    ledger.record_result(_result(status=TrialStatus.OK))
+    assert [e.type for e in ledger.events()] == ["driver", "trial"]
+
+
+def test_a_result_with_an_unknown_class_or_flag_is_refused_where_it_is_built():
+    with pytest.raises(ValidationError, match="failure class"):
+        _result(status=TrialStatus.FAILED, reason="gremlins")
+    with pytest.raises(ValidationError):
+        LevelResult(concurrency=1, status="valid", flags=["lucky"])
+    assert _result(status=TrialStatus.FAILED, reason="node_lost").reason == "node_lost"
+
+
+@pytest.mark.parametrize("line", [
+    {"type": "teleported", "key": "x"},
+    {"type": "trial", "key": "k", "status": "ok",
+     "result": {"key": "k", "config": {"engine": "sim"}, "status": "ok",
+                "levels": [{"concurrency": 1, "status": "valid", "flags": ["lucky"]}]}},
+    {"type": "trial", "key": "k", "status": "failed",
+     "result": {"key": "k", "config": {"engine": "sim"}, "status": "failed",
+                "reason": "gremlins"}},
+])
+def test_an_unknown_event_or_value_is_refused_where_it_is_read_back(tmp_path, line):
+    ledger = _ledger(tmp_path)
+    ledger.append(DriverStarted(pid=1, host="h"))
+    with open(ledger.path, "a") as f:
+        f.write(json.dumps(line) + "\n")
+    with pytest.raises(ServesweepError, match=r"ledger.jsonl:2: not a ledger event"):
+        ledger.events()

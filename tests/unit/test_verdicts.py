@@ -1,0 +1,90 @@
+"""A trial's decisions as pure functions, and its phases' transition table."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.contracts.messages import Observation
+from actors.contracts.results import Capacity, LevelResult, ServerObservation
+from actors.contracts.states import FailureClass, LevelFlag, TrialStatus
+from orchestrator.execution import verdicts
+from orchestrator.execution.trial import TIMEOUT_CLASS, TRANSITIONS, TrialPhase
+from orchestrator.planning.capacity import predict_level
+
+
+def level(c: int = 4, status: str = "valid", errors: dict | None = None, reason: str = "",
+          **server) -> LevelResult:
+    return LevelResult(concurrency=c, status=status, errors=errors or {}, reason=reason,
+                       server=ServerObservation(**server))
+
+
+@pytest.mark.parametrize("errors, check", [
+    ({}, False), ({"http_500": 2}, False), ({"disconnect": 1}, True), ({"stall": 1}, True),
+    ({"level_timeout": 1}, True), ({"connect": 3, "http_500": 1}, True)])
+def test_a_level_with_connection_or_stall_errors_asks_whether_the_server_lives(errors, check):
+    assert verdicts.needs_check(level(status="invalid" if errors else "valid",
+                                      errors=errors)) is check
+
+
+def test_after_a_check_a_dead_server_crashed_a_stalled_one_hung_else_go_on():
+    stalled = level(status="invalid", errors={"stall": 4}, reason="4 x stall")
+    gone = level(status="invalid", errors={"disconnect": 4}, reason="4 x disconnect")
+    cls, msg = verdicts.after_check(Observation(alive=False, returncode=-9), gone)
+    assert cls is FailureClass.CRASH_MID_RUN and "code -9 at concurrency 4" in msg
+    cls, msg = verdicts.after_check(Observation(alive=True), stalled)
+    assert cls is FailureClass.HANG and "4 x stall" in msg
+    assert verdicts.after_check(Observation(alive=True), gone) is None
+
+
+def test_after_the_last_level_sim_behind_flags_every_level_and_an_exit_fails():
+    levels = [level(1), level(4)]
+    obs = Observation(alive=True, events=[{"kind": "sim_behind", "seconds": 2.5}])
+    out, note, failure = verdicts.after_observe(obs, levels)
+    assert all(LevelFlag.SIM_BEHIND in lv.flags for lv in out) and "2.5 s behind" in note
+    assert failure is None
+    _, _, failure = verdicts.after_observe(Observation(alive=False, returncode=1), levels)
+    assert failure[0] is FailureClass.CRASH_MID_RUN
+
+
+def test_queueing_mismatch_is_flagged_only_on_valid_levels_that_disagree():
+    pred = predict_level("guaranteed_no_evict", 100, 16, 512, 256, 64)  # 48 blocks each: 2 run
+    agrees = level(64, running_max=2, waiting_max=62, waiting_p50=62)
+    assert verdicts.flag_queueing(agrees, pred) == agrees
+    disagrees = level(64, running_max=64, waiting_max=0, waiting_p50=0)
+    flagged = verdicts.flag_queueing(disagrees, pred)
+    assert LevelFlag.QUEUEING_MISMATCH in flagged.flags and flagged.reason
+    assert verdicts.flag_queueing(disagrees, None) == disagrees
+    invalid = level(64, status="invalid", running_max=64, waiting_max=0, waiting_p50=0)
+    assert verdicts.flag_queueing(invalid, pred) == invalid
+
+
+def test_final_status():
+    ok = [level(1), level(4)]
+    assert verdicts.final_status(None, ok, None, "a note") == (TrialStatus.OK, "", "a note")
+    bad = [level(1), level(4, status="invalid", reason="2 x http_500")]
+    assert verdicts.final_status(None, bad, None, "") == (
+        TrialStatus.INVALID, "invalid_level", "c=4: 2 x http_500")
+    cap = Capacity(policy="preempt_recompute", rejects_requests=True, note="too long")
+    assert verdicts.final_status(None, bad, cap, "")[2] == "too long; c=4: 2 x http_500"
+    assert verdicts.final_status((FailureClass.HANG, "stuck"), ok, None, "") == (
+        TrialStatus.FAILED, "hang", "stuck")
+
+
+def test_every_phase_but_done_can_fail_to_stop_and_only_stop_reaches_done():
+    for phase in TrialPhase:
+        if phase not in (TrialPhase.STOP, TrialPhase.DONE):
+            assert TrialPhase.STOP in TRANSITIONS[phase], phase
+            assert phase in TIMEOUT_CLASS
+        assert (TrialPhase.DONE in TRANSITIONS[phase]) is (phase is TrialPhase.STOP)
+    assert TRANSITIONS[TrialPhase.DONE] == frozenset()
+    assert set(TRANSITIONS) == set(TrialPhase)
+
+
+def test_every_phase_is_reachable_from_place():
+    seen, todo = set(), [TrialPhase.PLACE]
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.add(p)
+            todo.extend(TRANSITIONS[p])
+    assert seen == set(TrialPhase)
