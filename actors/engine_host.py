@@ -6,6 +6,15 @@ deadline, log events, applied-config check) -> the load generator measures ->
 ``observe`` (is the server still alive, events since ready) -> ``stop``
 (SIGTERM to the group, bounded wait, SIGKILL, verify nothing is left).
 
+Ports: the host draws a launched engine's port from outside the kernel's ephemeral
+range, free by a bind test (``actors.procs.choose_port``), and counts the server healthy
+only once it is proven to be the one it started (the adapter contract, "Ports and the
+proof"): every listening socket on the port held by the engine's processes, else, where
+no listener is visible, the launch's nonce at ``/v1/models``. Anything else there, or a
+server that exited with its port taken, is ``port_in_use``: the attempt is stopped, its
+log kept as ``server.port-in-use.N.log``, and the server started again on another port
+(3 retries).
+
 Every call answers a typed message (``actors.contracts.messages``); failures are
 data (``failure``: a ``FailureClass``, and ``message``), never raised, so a broken
 engine is a failed trial and not a broken sweep. The actor is threaded: ``stop``
@@ -14,7 +23,10 @@ may run while ``wait_ready`` is still waiting.
 
 from __future__ import annotations
 
-import random
+import http.client
+import json
+import os
+import secrets
 import socket
 import subprocess
 import threading
@@ -26,16 +38,23 @@ from typing import Any
 
 import ray
 
-from actors.contracts.config import TrialConfig
+from actors.contracts.config import TrialConfig, resolve_env
 from actors.contracts.messages import LaunchInfo, Observation, Readiness, StopResult
 from actors.contracts.states import FailureClass
 from actors.engines import LaunchContext, LaunchPlan, LogEvent, get_adapter
 from actors.engines.base import redact
-from actors.procs import spawn_group, stop_group
+from actors.procs import choose_port, port_listeners, socket_holders, spawn_group, stop_group
 
 __all__ = ["EngineHostCore", "EngineHost", "set_aside_previous_attempt"]
 
 LOG_TAIL_LINES = 60
+#: ``_health``'s answer when something answered on the port, but not HTTP
+NOT_HTTP = -1
+#: retries on another port after the first one turned out taken
+PORT_RETRIES = 3
+#: consecutive checks that must find the port not the engine's before it counts as taken
+#: (a socket handed between processes may be held by none for an instant)
+FOREIGN_CHECKS = 2
 
 
 class EngineHostCore:
@@ -59,16 +78,19 @@ class EngineHostCore:
         self.t_launch = 0.0
         self._port_chosen = False
         self._port_retries = 0
+        self._ports_tried: list[int] = []
+        self._launch_ctx = self.ctx
+        self._foreign_checks = 0
+        self._own_listeners: set[int] = set()
 
     # -- launch -----------------------------------------------------------------------------
     def launch(self) -> LaunchInfo:
         """Start the server (or note the external URL). Returns what the ledger records."""
         port = self.ctx.port
         if self.adapter.launches_process and port == 0 and not self.adapter.picks_own_port:
-            port = random.Random(f"{self.marker}{time.time()}").randint(20000, 59999)
+            port = self._choose_port()
         try:
-            plan = self.adapter.build_launch(self.trial,
-                                             self.ctx.model_copy(update={"port": port}))
+            plan = self._build(port)
         except (ValueError, OSError, KeyError) as err:  # e.g. a key the release lacks
             return LaunchInfo(host=socket.gethostname(), node_id=_node_id(),
                               failure=FailureClass.STARTUP_CRASH,
@@ -91,28 +113,66 @@ class EngineHostCore:
         except OSError as err:  # e.g. the engine's interpreter or binary is missing
             return info.model_copy(update={"failure": FailureClass.STARTUP_CRASH,
                                            "message": f"cannot start {plan.argv[0]}: {err}"})
+        except KeyError as err:  # a ${NAME} the spec refers to is not set on this node
+            return info.model_copy(update={"failure": FailureClass.STARTUP_CRASH,
+                                           "message": f"{err.args[0]} ({socket.gethostname()})"})
         if self.proc is not None:
             info = info.model_copy(update={"pid": self.proc.pid, "pgid": self.proc.pid})
         return info
 
+    def _choose_port(self) -> int:
+        port = choose_port(self.ctx.launch.host, exclude=self._ports_tried)
+        self._ports_tried.append(port)
+        return port
+
+    def _build(self, port: int) -> LaunchPlan:
+        """The adapter's plan for ``port``, with a fresh nonce for this attempt."""
+        self._launch_ctx = self.ctx.model_copy(update={"port": port,
+                                                       "nonce": secrets.token_hex(8)})
+        return self.adapter.build_launch(self.trial, self._launch_ctx)
+
     def _spawn(self, plan: LaunchPlan) -> None:
         self.base_url = f"http://{self.ctx.launch.host}:{plan.port}" if plan.port else None
+        self._foreign_checks, self._own_listeners = 0, set()
         with self._lock:
             if self._stopping:
                 return
-            self.proc = spawn_group(plan.argv, plan.env, self.log_path, self.dir, self.marker)
+            # ${NAME} references become values only here, in the engine's own environment
+            env = resolve_env(plan.env, dict(os.environ))
+            self.proc = spawn_group(plan.argv, env, self.log_path, self.dir, self.marker)
 
-    def _retry_port(self) -> bool:
-        """The server died because its port was taken: keep the log, respawn on another."""
-        if not self._port_chosen or self._port_retries >= 3:
+    def _retry_port(self, why: str) -> bool:
+        """The port turned out taken (``why``): stop this attempt, keep its log, start the
+        server again on another port. False when the port was not ours to change or the
+        retries are spent."""
+        if not self._port_chosen or self._port_retries >= PORT_RETRIES:
             return False
         self._port_retries += 1
+        stop_group(self.proc, self.marker, 10.0)  # e.g. still starting, its bind to come
+        self._read_log()
+        with open(self.log_path, "a") as f:
+            f.write(f"\n[servesweep] {why}; starting again on another port "
+                    f"(retry {self._port_retries} of {PORT_RETRIES})\n")
         self.log_path.rename(self.dir / f"server.port-in-use.{self._port_retries}.log")
         self._log_pos, self._partial, self.events = 0, b"", []
-        port = random.Random(f"{self.marker}{time.time()}").randint(20000, 59999)
-        plan = self.adapter.build_launch(self.trial, self.ctx.model_copy(update={"port": port}))
+        plan = self._build(self._choose_port())
+        for name, content in plan.files.items():
+            (self.dir / name).write_text(content)
         self._spawn(plan)
         return True
+
+    def _port_taken(self, why: str) -> Readiness | None:
+        """Retry on another port, or the ``port_in_use`` failure when that cannot be."""
+        if self._retry_port(why):
+            return None
+        if self._port_chosen:
+            why += f" (the last of {len(self._ports_tried)} ports tried)"
+        else:
+            why += " (the port was given, not chosen by servesweep: not retried)"
+        stop_group(self.proc, self.marker, 10.0)
+        with open(self.log_path, "a") as f:
+            f.write(f"\n[servesweep] {why}\n")
+        return self._fail(FailureClass.PORT_IN_USE, why)
 
     # -- log --------------------------------------------------------------------------------
     def _read_log(self) -> None:
@@ -140,6 +200,9 @@ class EngineHostCore:
 
     # -- readiness --------------------------------------------------------------------------
     def _health(self) -> int | None:
+        """The health path's status; ``NOT_HTTP`` when something answered that is not HTTP
+        (garbage, a connection closed without a reply); None when nothing answered.
+        Never raises on what the port answers."""
         if self.base_url is None:
             return None
         try:
@@ -148,8 +211,67 @@ class EngineHostCore:
                 return resp.status
         except urllib.error.HTTPError as err:
             return err.code
+        except (http.client.HTTPException, ConnectionResetError):
+            return NOT_HTTP  # BadStatusLine, RemoteDisconnected, LineTooLong, ...
         except (urllib.error.URLError, OSError, ValueError):
             return None
+
+    def _model_ids(self) -> list[str] | None:
+        """The ids ``/v1/models`` lists; None when it answers no such list."""
+        if self.base_url is None:
+            return None
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            req = urllib.request.Request(self.base_url + "/v1/models", headers=headers)
+            with urllib.request.urlopen(req, timeout=2) as resp:
+                data = json.loads(resp.read(1 << 20))
+            return [str(m["id"]) for m in data["data"]]
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError,
+                KeyError, TypeError):
+            return None
+
+    def _port(self) -> int | None:
+        if self.base_url is None:
+            return None
+        try:
+            return int(self.base_url.rsplit(":", 1)[1].split("/", 1)[0])
+        except (IndexError, ValueError):
+            return None
+
+    def _probe(self) -> tuple[int | None, str | None]:
+        """(what the health path answered, why the server on the port is not the one this
+        host started; None: it is, or nothing answers yet). The adapter contract's "Ports
+        and the proof" says how. A foreign listener seen on the port is not polled."""
+        port = self._port()
+        if port is None or self.proc is None:
+            return self._health(), None
+        found = port_listeners(port, self.proc.pid, self.marker, known=self._own_listeners)
+        if found is not None and found[0]:  # listeners visible here: they decide
+            listeners, foreign = found
+            if not foreign:
+                self._own_listeners = listeners
+                return self._health(), None
+            holders = socket_holders(foreign)
+            who = ", ".join(h for inode in sorted(foreign) for h in holders.get(inode, [])) \
+                or "a process this user cannot see"
+            return None, (f"port {port} is taken: a listening socket on it is held by {who}, "
+                          "not by the server servesweep started")
+        status = self._health()
+        if status is None:
+            return None, None  # nothing listens or answers yet
+        name = self.adapter.identity_name(self._launch_ctx)
+        answer = "answers garbage" if status == NOT_HTTP else f"answers {status}"
+        if name is not None:
+            ids = self._model_ids()
+            if ids is not None and name in ids:
+                return status, None
+            return status, (f"port {port} {answer}, but no listening socket on it is visible "
+                            f"here and its /v1/models does not list this launch's {name!r}: "
+                            "not the server servesweep started")
+        if found is None:
+            return status, None  # no /proc/net/tcp here, no nonce: nothing to prove it by
+        return status, (f"port {port} {answer}, but no listening socket on it is visible here "
+                        "(nor a nonce to prove it by): not the server servesweep started")
 
     def wait_ready(self, timeout_s: float) -> Readiness:
         """Block until healthy or failed (``Readiness.failure``)."""
@@ -164,21 +286,35 @@ class EngineHostCore:
                 failure = FailureClass(self.adapter.classify_exit(self.events,
                                                                   self.proc.returncode))
                 if failure is FailureClass.PORT_IN_USE:
-                    if self._retry_port():
+                    port = self._port()
+                    failed = self._port_taken(f"the server exited with code "
+                                              f"{self.proc.returncode}: its port "
+                                              f"{'' if port is None else f'{port} '}was in use")
+                    if failed is None:
                         continue
-                    return self._fail(FailureClass.STARTUP_CRASH, f"port still in use after "
-                                      f"{self._port_retries} retries")
+                    return failed
                 return self._fail(failure, f"server exited with code {self.proc.returncode} "
                                            "during startup")
             if self.base_url:
-                last_status = self._health()
-                if last_status == 200:
-                    break
+                status, why = self._probe()
+                if why is not None:
+                    self._foreign_checks += 1
+                    if self._foreign_checks >= FOREIGN_CHECKS:
+                        failed = self._port_taken(why)
+                        if failed is None:
+                            continue
+                        return failed
+                else:
+                    self._foreign_checks = 0
+                    last_status = status
+                    if status == 200:
+                        break
             if time.monotonic() > deadline:
                 if last_status is not None:
+                    answer = "garbage" if last_status == NOT_HTTP else last_status
                     return self._fail(FailureClass.UNHEALTHY,
                                       f"{self.adapter.health_path} answered "
-                                      f"{last_status} until the {timeout_s:.0f} s deadline")
+                                      f"{answer} until the {timeout_s:.0f} s deadline")
                 return self._fail(FailureClass.STARTUP_TIMEOUT,
                                   f"not healthy within {timeout_s:.0f} s")
             time.sleep(0.2)
@@ -203,7 +339,7 @@ class EngineHostCore:
             with urllib.request.urlopen(self.base_url + self.adapter.metrics_path,
                                         timeout=5) as resp:
                 text = resp.read().decode(errors="replace")
-        except (urllib.error.URLError, OSError, ValueError):
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
             return
         sample = self.adapter.parse_metrics(text, time.monotonic())
         if sample.block_size or sample.num_blocks:

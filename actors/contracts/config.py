@@ -15,13 +15,15 @@ import hashlib
 import itertools
 import json
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-__all__ = ["Frozen", "TrialConfig", "Workload", "ModelSpec", "SimOptions", "LaunchOptions",
-           "SpaceEntry", "SpecRules", "AXES", "Precision", "KvDtype", "Scalar", "PosInt"]
+__all__ = ["resolve_env", "ENV_REF", "SECRET_NAME", "Frozen", "TrialConfig", "Workload",
+           "ModelSpec", "SimOptions", "LaunchOptions", "SpaceEntry", "SpecRules", "AXES",
+           "Precision", "KvDtype", "Scalar", "PosInt"]
 
 Precision = Literal["auto", "bf16", "fp16", "fp8", "nvfp4"]
 KvDtype = Literal["auto", "bf16", "fp16", "fp8"]
@@ -188,8 +190,20 @@ class SimOptions(Frozen):
         return math.ceil(0.5 / self.time_scale)
 
 
+#: ``${NAME}``: a reference to an environment variable, resolved when the engine starts
+ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+#: names whose values are secrets: given only as ``${NAME}`` references, never stored
+SECRET_NAME = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD)", re.I)
+
+
 class LaunchOptions(Frozen):
-    """How to start (or reach) the engine; not part of the trial key."""
+    """How to start (or reach) the engine; not part of the trial key.
+
+    ``env`` values may be ``${NAME}`` references to the environment of the node the
+    engine starts on (``resolve_env``); a variable whose name says it is a secret
+    (TOKEN, KEY, SECRET, PASSWORD) must be one, so a spec, a ledger or an MLflow run
+    never holds a secret's value.
+    """
 
     python: str | None = None  # interpreter of the engine's own venv (vLLM)
     executable: str | None = None  # e.g. trtllm-serve
@@ -198,6 +212,33 @@ class LaunchOptions(Frozen):
     release: str | None = None  # TensorRT-LLM release layout, e.g. "1.0"
     host: str = "127.0.0.1"
     env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("env")
+    @classmethod
+    def _secrets_by_reference(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if SECRET_NAME.search(name) and not ENV_REF.match(value):
+                raise ValueError(
+                    f"{name} looks like a secret: give it as a reference to an environment "
+                    f"variable, e.g. {name}: \"${{{name}}}\" (read on the node when the "
+                    "engine starts, never written to the spec, the ledger or MLflow)")
+        return v
+
+
+def resolve_env(env: dict[str, str], environ: dict[str, str]) -> dict[str, str]:
+    """``env`` with every ``${NAME}`` replaced by ``environ[NAME]``; raises ``KeyError``
+    naming the variable when a referenced one is not set."""
+    out = {}
+    for name, value in env.items():
+        m = ENV_REF.match(value)
+        if m is None:
+            out[name] = value
+        elif m.group(1) in environ:
+            out[name] = environ[m.group(1)]
+        else:
+            raise KeyError(f"launch.env.{name} refers to ${m.group(1)}, which is not set "
+                           "in the environment of the node the engine starts on")
+    return out
 
 
 AXES = ("profile", "tp", "weights", "kv_dtype", "cuda_graphs", "graph_max_batch",

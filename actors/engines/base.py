@@ -30,7 +30,7 @@ from actors.contracts.config import (
 from actors.contracts.kv import KvPool
 
 __all__ = ["EngineAdapter", "Extras", "LaunchContext", "LaunchPlan", "LogEvent", "MetricsSample",
-           "last_event", "parse_prometheus", "redact"]
+           "last_event", "nonce_alias", "parse_prometheus", "redact"]
 
 
 _SECRET_ENV = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD)", re.I)
@@ -58,6 +58,15 @@ class LaunchContext(BaseModel):
     sim: SimOptions = SimOptions()
     launch: LaunchOptions = LaunchOptions()
     port: int = 0  # 0: the server picks one and logs it (adapters that support it)
+    #: a fresh random token per launch attempt (set by the host): what ``identity_name``
+    #: puts where the server echoes it; "" outside the host (no echo asked for)
+    nonce: str = ""
+
+
+def nonce_alias(ctx: LaunchContext) -> str | None:
+    """The model alias carrying the launch's nonce (``EngineAdapter.identity_name`` of the
+    engines that serve extra names); None without a nonce."""
+    return f"servesweep-launch-{ctx.nonce}" if ctx.nonce else None
 
 
 class LaunchPlan(BaseModel):
@@ -168,6 +177,32 @@ class EngineAdapter(abc.ABC):
     - ``kv_pool`` is the one derivation of the server's KV pool from its log events
       (and a /metrics sample): the sweep's capacity check and ``servesweep capacity``
       both call it.
+    - ``classify_exit`` says ``port_in_use`` when the server's log says its port was
+      taken (``fatal`` event): the host then retries on another port.
+
+    Ports and the proof that the host talks to its own server (``launches_process``
+    engines): the host draws the port from outside the kernel's ephemeral range and
+    checks it is free (``actors.procs.choose_port``), unless the adapter
+    ``picks_own_port``. Health counts only once the server on the port is proven to be
+    the one the host started, by one of two proofs:
+
+    - socket ownership (every engine, needs nothing from it): every LISTEN socket on
+      the port (/proc/net/tcp, tcp6) is held by the engine's processes (its process
+      group or session, or carrying its marker: /proc/<pid>/fd). Decisive whenever a
+      listener on the port is visible in the host's network namespace, which is the
+      case for every server the host starts itself; it also catches a listener that
+      speaks no HTTP, one that never answers, and a foreign socket sharing the port
+      through SO_REUSEPORT (vLLM sets it when it runs several API servers).
+    - a per-launch nonce the server echoes: ``identity_name(ctx)``, a name carrying
+      ``ctx.nonce`` that the server lists at ``/v1/models``. Used when no listener on
+      the port is visible here (a port forwarded from another network namespace) but
+      something answers; an adapter without one (``identity_name`` None) cannot be
+      proven there. The name is an alias: the load generator still sends
+      ``served_model_name(ctx)``, so the nonce never reaches requests or results.
+
+    Anything else on the port (a foreign server, healthy or not, a listener answering
+    garbage) is ``port_in_use``: the host stops the attempt, keeps its log and retries
+    on another port (3 retries), as for a server that exited with its port taken.
 
     Engine knowledge lives in adapters only: the driver, the host and the load
     generator ask these attributes and methods, never the engine's name
@@ -288,6 +323,12 @@ class EngineAdapter(abc.ABC):
     def served_model_name(self, ctx: LaunchContext) -> str:
         """The model name the load generator sends (what the server answers to)."""
         return ctx.model.served_name or ctx.model.path or ctx.model.display_name
+
+    def identity_name(self, ctx: LaunchContext) -> str | None:
+        """The name carrying ``ctx.nonce`` that ``build_launch`` makes the server list at
+        ``/v1/models`` beside ``served_model_name``; None: the engine echoes no nonce (or
+        no nonce was given). See "Ports and the proof" above."""
+        return None
 
     # -- reading the server -----------------------------------------------------------------
     def parse_log_line(self, line: str) -> list[LogEvent]:

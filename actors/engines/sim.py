@@ -21,6 +21,7 @@ from actors.engines.base import (
     LogEvent,
     MetricsSample,
     last_event,
+    nonce_alias,
 )
 from actors.engines.registry import register
 from actors.engines.trtllm import fp8_unsupported
@@ -49,6 +50,9 @@ _BEHIND = re.compile(r"sim: engine loop behind real time by (?P<seconds>[\d.]+) 
 _POOL = re.compile(r"sim: KV pool (?P<blocks>\d+) blocks of (?P<block_size>\d+) tokens")
 #: the sim profile whose log imitates TensorRT-LLM's (the others print vLLM's lines)
 _TRTLLM_LOG = "trtllm"
+#: failure classes in the order that decides a startup exit (the traceback around a bind
+#: error is not the cause)
+_FATAL_ORDER = ("startup_oom", "port_in_use", "startup_crash")
 
 
 class SimExtras(Extras):
@@ -80,7 +84,8 @@ class SimAdapter(EngineAdapter):
     """
 
     name = "sim"
-    picks_own_port = True  # --port 0; "Starting sim server on http://HOST:PORT"
+    # the host picks its port (as for the real engines, outside the ephemeral range) and
+    # proves the listener its own; the server lists ``identity_name`` at /v1/models too
     extras_model = SimExtras
     serves_presets = True  # a shape preset is all the performance model needs
     default_profile = DEFAULT_PROFILE
@@ -114,12 +119,16 @@ class SimAdapter(EngineAdapter):
     def served_model_name(self, ctx: LaunchContext) -> str:
         return ctx.model.display_name  # the sim answers to the preset's (or served) name
 
+    def identity_name(self, ctx: LaunchContext) -> str | None:
+        return nonce_alias(ctx)  # listed at /v1/models beside the served name
+
     def server_config(self, trial: TrialConfig, ctx: LaunchContext) -> SimServerConfig:
         shape = load_shape(ctx.model.preset, ctx.model.path)
         settings = sim_settings(trial)
         return SimServerConfig(
             profile=self._profile(trial), hardware=ctx.hardware, shape=shape,
             settings=settings, served_name=self.served_model_name(ctx),
+            aliases=[a for a in (self.identity_name(ctx),) if a],
             max_model_len=trial.max_model_len or ctx.workload.request_tokens,
             time_scale=ctx.sim.time_scale, seed=ctx.sim.seed,
             jitter=float(trial.extras.get("jitter", 0.005)),
@@ -133,7 +142,8 @@ class SimAdapter(EngineAdapter):
         cfg = self.server_config(trial, ctx)
         path = str(Path(ctx.trial_dir) / "sim_config.json")
         argv = [sys.executable, "-m", "actors.sim.server", "--config", path]
-        return LaunchPlan(argv=argv, files={"sim_config.json": cfg.model_dump_json(indent=1)},
+        return LaunchPlan(argv=argv, env=dict(ctx.launch.env),  # the user's: env only
+                          files={"sim_config.json": cfg.model_dump_json(indent=1)},
                           port=ctx.port)
 
     def parse_log_line(self, line: str) -> list[LogEvent]:
@@ -182,6 +192,11 @@ class SimAdapter(EngineAdapter):
         if profile == _TRTLLM_LOG:
             return trtllm_kv_pool(events, admission, metrics_sample, block_size)
         return vllm_kv_pool(events, admission, metrics_sample, block_size, null_block=False)
+
+    def classify_exit(self, events: list[LogEvent], returncode: int | None) -> str:
+        """The root cause wins over the traceback around it (OOM, then port in use)."""
+        found = {ev.data.get("failure") for ev in events if ev.kind == "fatal"}
+        return next((f for f in _FATAL_ORDER if f in found), "startup_crash")
 
     def verify(self, trial: TrialConfig, applied: dict[str, Any]) -> list[str]:
         want = {"profile": self._profile(trial), "tp": trial.tp, "weights": trial.weights,

@@ -125,6 +125,11 @@ class TrtllmAdapter(EngineAdapter):
     Extras: ``capacity_scheduler_policy`` (GUARANTEED_NO_EVICT, MAX_UTILIZATION,
     STATIC_BATCH), ``enable_block_reuse``, ``enable_chunked_prefill``,
     ``cuda_graph_padding`` and ``tokens_per_block`` (releases that have it, 1.1+).
+
+    The host proves the server its own by socket ownership only (``identity_name`` is
+    None): trtllm-serve serves a single model name, so a nonce there would replace the
+    name the load generator sends, and 0.20 and 1.1 have no ``--served-model-name``.
+    Its leader process (the one the host starts) holds the listening socket.
     """
 
     name = "trtllm"
@@ -262,5 +267,6 @@ class TrtllmAdapter(EngineAdapter):
         return problems + ([f"hint: {hint}"] if hint else [])
 
     def classify_exit(self, events: list[LogEvent], returncode: int | None) -> str:
+        """OOM, then a taken port (the host retries on another), else a crash."""
         fatal = [ev.data.get("failure") for ev in events if ev.kind == "fatal"]
-        return "startup_oom" if "startup_oom" in fatal else "startup_crash"
+        return next((f for f in ("startup_oom", "port_in_use") if f in fatal), "startup_crash")

@@ -36,6 +36,7 @@ from actors.engines.base import (
     LaunchPlan,
     LogEvent,
     MetricsSample,
+    nonce_alias,
 )
 from actors.engines.registry import register
 from actors.engines.vllm_log import (
@@ -153,6 +154,11 @@ class VllmAdapter(EngineAdapter):
       ``attention_backend`` (str): the vLLM flags of the same name.
     - ``cpu_kvcache_space_gib`` (int): ``VLLM_CPU_KVCACHE_SPACE`` for vLLM-CPU
       (default 1 on ``hardware: cpu``).
+
+    The host proves the server its own by socket ownership (the API server process it
+    starts holds the listening socket); where no listener is visible, by the launch's
+    nonce: ``--served-model-name SERVED servesweep-launch-NONCE`` makes /v1/models list
+    the alias too, while vLLM answers with (and the load generator sends) the first name.
     """
 
     name = "vllm"
@@ -205,7 +211,10 @@ class VllmAdapter(EngineAdapter):
         else:
             argv = [vllm_python(ctx.launch.python), "-m", "vllm.entrypoints.cli.main", "serve",
                     model]
-        argv += ["--served-model-name", served, "--host", ctx.launch.host,
+        # the served name first (vLLM answers with the first), then the launch's nonce
+        # alias, which /v1/models lists too: the host's proof that the server is its own
+        argv += ["--served-model-name", served, *filter(None, [self.identity_name(ctx)]),
+                 "--host", ctx.launch.host,
                  "--port", str(ctx.port), "--tensor-parallel-size", str(trial.tp),
                  "--dtype", _DTYPE[trial.weights], "--kv-cache-dtype", _KV_DTYPE[trial.kv_dtype]]
         if ctx.model.tokenizer:
@@ -241,6 +250,9 @@ class VllmAdapter(EngineAdapter):
                                                                  DEFAULT_CPU_KV_GIB))
         env.update(ctx.launch.env)  # the user's (secrets included): env only, never argv
         return LaunchPlan(argv=argv, env=env, port=ctx.port)
+
+    def identity_name(self, ctx: LaunchContext) -> str | None:
+        return nonce_alias(ctx)  # a second --served-model-name
 
     # -- reading the server -----------------------------------------------------------------
     def parse_log_line(self, line: str) -> list[LogEvent]:

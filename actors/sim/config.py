@@ -65,6 +65,8 @@ class SimServerConfig(BaseModel):
     shape: ModelShape
     settings: SimConfig
     served_name: str
+    #: more names /v1/models lists (and requests may use): the host's per-launch nonce
+    aliases: list[str] = Field(default_factory=list)
     max_model_len: int = Field(gt=0)
     time_scale: float = Field(default=1.0, ge=0, le=1)
     seed: int = 0

@@ -186,8 +186,9 @@ class SimServer:
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{
-            "id": self.cfg.served_name, "object": "model", "owned_by": "servesweep-sim",
-            "max_model_len": self.cfg.max_model_len}]})
+            "id": name, "object": "model", "owned_by": "servesweep-sim",
+            "max_model_len": self.cfg.max_model_len}
+            for name in (self.cfg.served_name, *self.cfg.aliases)]})
 
     async def metrics(self, request: web.Request) -> web.Response:
         text = render_metrics(self.cfg, self.engine, self.memory, self.behind_s)

@@ -9,6 +9,7 @@ new engine gets its case here (README "Adding an engine").
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, ClassVar
@@ -16,7 +17,7 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import BaseModel
 
-from actors.contracts.config import LaunchOptions, ModelSpec, TrialConfig, Workload
+from actors.contracts.config import LaunchOptions, ModelSpec, TrialConfig, Workload, resolve_env
 from actors.contracts.kv import KvPool
 from actors.engines import EngineAdapter, LaunchContext, LaunchPlan, LogEvent, get_adapter
 from actors.engines.base import redact
@@ -26,6 +27,8 @@ from tests.conftest import FIXTURES
 
 HOST = "10.11.12.13"  # not the default, so a hard-coded host shows
 SECRETS = {"HF_TOKEN": "hf-contract-secret-1", "MY_API_KEY": "contract-secret-2"}
+#: how a spec gives them: references, resolved on the node when the engine starts
+SECRET_REFS = {name: "${" + name + "}" for name in SECRETS}
 API_KEY_ENV = "CONTRACT_TEST_API_KEY"
 API_KEY = "contract-secret-3"
 #: lines no server prints; parsing them must not raise either
@@ -137,17 +140,21 @@ class AdapterContract:
 
     def test_secrets_only_in_env_or_api_key_and_redacted(self, tmp_path, monkeypatch):
         monkeypatch.setenv(API_KEY_ENV, API_KEY)
+        for name, value in SECRETS.items():
+            monkeypatch.setenv(name, value)
         plan = self.adapter.build_launch(self.trial(), self.ctx(
-            tmp_path, env=SECRETS, api_key_env=API_KEY_ENV))
+            tmp_path, env=SECRET_REFS, api_key_env=API_KEY_ENV))
         secrets = [*SECRETS.values(), API_KEY]
-        visible = [*plan.argv, *plan.files.values(), plan.base_url or ""]
+        visible = [*plan.argv, *plan.files.values(), plan.base_url or "",
+                   json.dumps(plan.env)]  # the plan holds references, not values
         for s in secrets:
             assert not any(s in text for text in visible), f"{s} leaked out of env/api_key"
-        safe_argv, safe_env = redact(plan.argv, plan.env)
+        resolved = resolve_env(plan.env, dict(os.environ))
+        safe_argv, safe_env = redact(plan.argv, resolved)
         shown = json.dumps([safe_argv, safe_env])
         assert not any(s in shown for s in secrets)
         for name, value in SECRETS.items():  # passed on to the server only through its env
-            assert plan.env.get(name, value) == value
+            assert resolved.get(name, value) == value
         assert plan.api_key in (None, API_KEY)
 
     def test_served_model_name_is_what_the_model_answers_to(self, tmp_path):

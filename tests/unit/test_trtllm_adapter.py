@@ -411,8 +411,10 @@ def test_cuda_oom_during_weight_loading_is_startup_oom():
     assert [ev.kind for ev in events] == ["fatal"]
     assert trt.classify_exit(events, 1) == "startup_oom"
     assert trt.classify_exit([], 1) == "startup_crash"
-    assert trt.classify_exit(trt.parse_log_line("OSError: [Errno 98] Address already in use"),
-                             1) == "startup_crash"
+    # a taken port is the host's to retry on another (issue 14), OOM still wins over it
+    port = trt.parse_log_line("OSError: [Errno 98] Address already in use")
+    assert trt.classify_exit(port, 1) == "port_in_use"
+    assert trt.classify_exit(port + events, 1) == "startup_oom"
 
 
 def test_listening_line_and_parser_is_total():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.contracts.config import LaunchOptions, ModelSpec, TrialConfig, Workload
+from actors.contracts.config import LaunchOptions, ModelSpec, TrialConfig, Workload, resolve_env
 from actors.engines import LaunchContext, get_adapter
 from actors.engines.base import redact
 from actors.engines.vllm import DEFAULT_PYTHON, REPO_ROOT, vllm_python
@@ -117,11 +117,18 @@ def test_interpreter_and_executable(tmp_path, monkeypatch):
     assert argv[:3] == ["/usr/bin/vllm", "serve", "/models/m"]
 
 
-def test_secrets_stay_in_env_and_are_redacted(tmp_path):
-    plan = vllm.build_launch(trial(), ctx(tmp_path, env={"HF_TOKEN": "hf_secret"}))
-    assert plan.env["HF_TOKEN"] == "hf_secret" and "hf_secret" not in plan.argv
-    _, safe_env = redact(plan.argv, plan.env)
+def test_secrets_stay_in_env_as_references_and_are_redacted(tmp_path):
+    plan = vllm.build_launch(trial(), ctx(tmp_path, env={"HF_TOKEN": "${HF_TOKEN}"}))
+    assert plan.env["HF_TOKEN"] == "${HF_TOKEN}" and "${HF_TOKEN}" not in plan.argv
+    assert resolve_env(plan.env, {"HF_TOKEN": "hf_secret"})["HF_TOKEN"] == "hf_secret"
+    _, safe_env = redact(plan.argv, resolve_env(plan.env, {"HF_TOKEN": "hf_secret"}))
     assert safe_env["HF_TOKEN"] == "***"
+
+
+def test_a_secret_written_into_the_spec_is_refused_naming_the_fix(tmp_path):
+    fix = r'HF_TOKEN looks like a secret: .*HF_TOKEN: "\$\{HF_TOKEN\}"'
+    with pytest.raises(ValueError, match=fix):
+        ctx(tmp_path, env={"HF_TOKEN": "hf_secret"})
 
 
 # -- spec checks and feasibility ------------------------------------------------------------
