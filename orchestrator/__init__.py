@@ -7,7 +7,8 @@
 - ``execution``: the sweep on Ray: ``controller`` (the step loop), ``trial`` (one trial's
   state machine), ``failures`` (what Ray raised, by cause), ``progress``, ``runner``.
 - ``results``: where results go and what they say: ``ledger`` (the source of truth),
-  ``tracking`` (MLflow, a view of it), ``analysis`` (winners, crossovers, Pareto),
+  ``tracking`` (MLflow, a view of it, rebuilt by ``sync``), ``outbox`` (MLflow written off
+  the sweep's path), ``analysis`` (winners, crossovers, Pareto),
   ``report``, ``calibrate`` (fit the sim to measurements).
 - ``commands``: the ``servesweep`` CLI, one module per command (``cli`` wires them).
 

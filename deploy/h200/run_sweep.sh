@@ -2,7 +2,7 @@
 # On the GPU node, from the repo root: unpack the carried payload (vLLM 0.26 + Ray), wait for
 # the random model, run a servesweep spec without MLflow (the node has none), and pack the
 # sweep's folder into $OUT/sweep.tar.gz. Locally: untar into mlruns/sweeps/ and run
-# `servesweep track <id>` to log it into MLflow, `servesweep calibrate <id>` to fit the sim.
+# `servesweep sync <id>` to log it into MLflow, `servesweep calibrate <id>` to fit the sim.
 #   usage: bash deploy/h200/run_sweep.sh SPEC
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)

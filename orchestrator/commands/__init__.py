@@ -3,5 +3,6 @@
 
 - ``cli``: ``main`` and the parser (``COMMANDS``).
 - ``run``: ``run`` and ``resume``; ``plan``; ``report``; ``capacity`` (explain a saved
-  server log); ``calibrate``; ``track`` (a ledger into MLflow).
+  server log); ``calibrate``; ``sync`` (a ledger into MLflow, exactly
+  once; ``track`` is its old name).
 """

@@ -8,13 +8,13 @@ import argparse
 import sys
 
 from actors.contracts.settings import SettingsError
-from orchestrator.commands import calibrate, capacity, plan, report, run, track
+from orchestrator.commands import calibrate, capacity, plan, report, run, sync
 from orchestrator.errors import EXIT_INPUT, EXIT_RUNTIME, ServesweepError, UsageError
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 #: The command modules, in the order ``--help`` lists them.
-COMMANDS = (run, plan, report, capacity, calibrate, track)
+COMMANDS = (run, plan, report, capacity, calibrate, sync)
 
 
 def build_parser() -> argparse.ArgumentParser:

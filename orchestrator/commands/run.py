@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import EXIT_OK
+from orchestrator.results.lock import DriverLock
 
 __all__ = ["add_parser", "cmd_run", "cmd_resume"]
 
@@ -63,7 +64,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     _print(f"sweep {ledger.sweep_id}: {len(planned)} trials ({n_ok} to run, "
            f"{len(planned) - n_ok} infeasible) on {spec.hardware}; state in {ledger.dir}")
     tracker = None if args.no_mlflow else Tracker(root)
-    return execute(spec, ledger, tracker, args.quiet, n_ok)
+    with DriverLock(ledger.dir).acquire("run"):  # one driver per sweep, for its whole life
+        return execute(spec, ledger, tracker, args.quiet, n_ok)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -76,12 +78,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     ledger = Ledger.open(args.sweep)
     spec = load_spec(ledger.dir / "spec.yaml")
-    left = reap(f"{ledger.sweep_id}/")
-    if left:
-        _print(f"stopped {len(left)} engine process(es) left by the earlier driver")
-    done = set(ledger.results())
-    planned = plan_sweep(spec)
-    todo = sum(1 for p in planned if p.feasible and p.config.key() not in done)
-    _print(f"resuming {ledger.sweep_id}: {len(done)} trial(s) final, {todo} to run")
-    tracker = None if args.no_mlflow else Tracker(state_root())
-    return execute(spec, ledger, tracker, args.quiet, todo)
+    # refused at once while the sweep's driver lives: its engines are never touched
+    with DriverLock(ledger.dir).acquire("resume"):
+        left = reap(f"{ledger.sweep_id}/")
+        if left:
+            _print(f"stopped {len(left)} engine process(es) left by the earlier driver")
+        done = set(ledger.results())
+        planned = plan_sweep(spec)
+        todo = sum(1 for p in planned if p.feasible and p.config.key() not in done)
+        _print(f"resuming {ledger.sweep_id}: {len(done)} trial(s) final, {todo} to run")
+        tracker = None if args.no_mlflow else Tracker(state_root())
+        return execute(spec, ledger, tracker, args.quiet, todo)

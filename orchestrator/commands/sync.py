@@ -1,67 +1,70 @@
-"""``servesweep track SWEEP``: (re)build a sweep's MLflow runs from its ledger.
+"""``servesweep sync SWEEP``: make a sweep's MLflow runs match its ledger.
 
-The ledger is the source of truth and MLflow a view of it, so a sweep run with
-``--no-mlflow`` (or on a machine without MLflow, e.g. a GPU node) can be logged
-afterwards: copy ``mlruns/sweeps/<id>/`` over and run this.
+The ledger is the source of truth and MLflow a view of it, rebuilt here: one parent run for
+the sweep and exactly one run per ledger trial. A run MLflow lacks is created, one left
+RUNNING or missing params or artifacts (MLflow was down, or the driver was killed mid-write)
+is completed in place, one already complete is left as it is; a second sync changes
+nothing. The parent run ends FINISHED (KILLED if the ledger's last driver was interrupted:
+``resume`` finishes the sweep). A sweep run with ``--no-mlflow`` (or on a machine without
+MLflow, e.g. a GPU node: copy ``mlruns/sweeps/<id>/`` over) is logged the same way, and ends
+up as if it had been tracked live. ``track`` is the command's old name.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import sys
 from typing import Any
 
-from orchestrator.errors import EXIT_OK
+from orchestrator.errors import EXIT_OK, ServesweepError
+from orchestrator.results.lock import DriverLock
 
-__all__ = ["add_parser", "cmd_track", "track_sweep"]
+__all__ = ["add_parser", "cmd_sync", "cmd_track"]
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("track", help="log a sweep's ledger into MLflow")
+    p = subparsers.add_parser("sync", help="bring a sweep's MLflow runs up to date with its "
+                                           "ledger (idempotent)")
     p.add_argument("sweep", help="sweep id (or a unique prefix) or 'latest'")
-    p.add_argument("--force", action="store_true",
-                   help="log again even when MLflow already has this sweep")
-    p.set_defaults(func=cmd_track)
+    p.set_defaults(func=cmd_sync)
+    old = subparsers.add_parser("track", help="the old name of `sync`")
+    old.add_argument("sweep", help="sweep id (or a unique prefix) or 'latest'")
+    old.add_argument("--force", action="store_true", help=argparse.SUPPRESS)
+    old.set_defaults(func=cmd_track)
     return p
 
 
-def track_sweep(ledger, spec, tracker, results, plots: list[Path]) -> str:
-    """One parent run and a nested run per trial; returns the parent run id."""
-    tracker.start_sweep(spec.name, ledger.sweep_id,
-                        {"spec": spec.name, "hardware": spec.hardware,
-                         "model": spec.model.display_name, "search": spec.search.kind},
-                        ledger.dir / "spec.yaml")
-    for r in results:
-        tdir = ledger.dir / "trials" / r.key
-        files = sorted(p for p in tdir.iterdir() if p.is_file()) if tdir.is_dir() else []
-        tracker.log_trial(r, ledger.sweep_id, files)
-    report = ledger.dir / "report"
-    extra = [report / "report.json", report / "report.txt"]
-    tracker.end_sweep({"trials": len(results)}, [*plots, *extra], "FINISHED")
-    return tracker.parent_id or ""
-
-
 def cmd_track(args: argparse.Namespace) -> int:
+    print("servesweep: `track` is now `sync` (it repairs and never duplicates a run, so "
+          "--force is gone); running `servesweep sync`", file=sys.stderr, flush=True)
+    return cmd_sync(args)
+
+
+def _mlflow_errors() -> tuple[type[BaseException], ...]:
+    """What a tracking store that is down, locked or refusing raises."""
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return MlflowException, SQLAlchemyError, OSError  # OSError: requests' errors too
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
     from orchestrator.results.ledger import Ledger, state_root
-    from orchestrator.results.report import write_plots
-    from orchestrator.results.tracking import Tracker
+    from orchestrator.results.tracking import Tracker, describe_error
     from orchestrator.spec import load_spec
 
     ledger = Ledger.open(args.sweep)
     spec = load_spec(ledger.dir / "spec.yaml")
     tracker = Tracker(state_root())
-    exp = tracker.client.get_experiment_by_name(spec.name)
-    if exp is not None and not args.force:
-        runs = tracker.client.search_runs(
-            [exp.experiment_id],
-            filter_string=f"tags.`servesweep.sweep_id` = '{ledger.sweep_id}' and "
-                          "tags.`servesweep.kind` = 'sweep'")
-        if runs:
-            print(f"already in MLflow: run {runs[0].info.run_id} (--force logs it again)")
-            return EXIT_OK
-    results = list(ledger.results().values())
-    plots = write_plots(results, ledger.dir / "report")
-    parent = track_sweep(ledger, spec, tracker, results, plots)
-    print(f"logged sweep {ledger.sweep_id}: parent run {parent}, {len(results)} trial runs "
-          f"in experiment {spec.name!r} at {tracker.uri}")
+    try:
+        with DriverLock(ledger.dir).acquire("sync"):  # not while a driver runs the sweep
+            counts, status = tracker.sync(spec, ledger)
+    except _mlflow_errors() as err:
+        raise ServesweepError(f"MLflow at {tracker.uri} failed ({describe_error(err)}); the "
+                              f"ledger is unchanged: run `servesweep sync {ledger.sweep_id}` "
+                              "again once MLflow answers") from None
+    removed = f", {counts.removed} duplicate run(s) deleted" if counts.removed else ""
+    print(f"synced sweep {ledger.sweep_id} to {tracker.uri}: parent run {tracker.parent_id} "
+          f"{status}; {counts.total()} trial run(s): {counts.created} created, "
+          f"{counts.repaired} repaired, {counts.unchanged} unchanged{removed}", flush=True)
     return EXIT_OK

@@ -1,6 +1,7 @@
 """Running a sweep on Ray.
 
-- ``runner``: ``execute``: Ray, the MLflow parent run, the controller, the report files;
+- ``runner``: ``execute``: Ray, the controller, the report files, MLflow through the
+  ``TrackingOutbox`` (drained with a bounded wait);
   ``reap_orphans`` (engines of dead drivers).
 - ``controller``: ``SweepController``, the explicit step loop over trials.
 - ``trial``: ``TrialExecution``, one trial's phases (place, launch, ready, levels,

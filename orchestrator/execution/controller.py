@@ -3,7 +3,8 @@
 ``step()`` is one tick: record pruned trials, start trials while the cluster
 has room (``max_concurrent_trials``), wait up to ``tick_s`` for any trial's
 in-flight ref, advance it, and fail trials whose phase deadline passed.
-Every final result goes to the ledger first, then MLflow, then the searcher.
+Every final result goes to the ledger first, then the searcher; MLflow's copy is handed
+to the ``TrackingOutbox``, which writes it off this loop and never raises into it.
 Tests drive ``step()`` directly; ``run()`` loops it and cleans up on any exit,
 Ctrl-C included (every started engine process is stopped).
 """
@@ -29,17 +30,24 @@ from orchestrator.planning.plan import PlannedTrial, plan_sweep, spec_shape
 from orchestrator.planning.search import Searcher, make_searcher
 from orchestrator.results.events import Interrupted, Scheduled, Started
 from orchestrator.results.ledger import Ledger
-from orchestrator.results.tracking import Tracker
+from orchestrator.results.outbox import TrackingOutbox
+from orchestrator.results.tracking import write_trial_files
 from orchestrator.spec import SweepSpec
 
 __all__ = ["SweepController", "connect_ray"]
 
 
 def connect_ray(spec: SweepSpec) -> None:
-    """Join ``cluster.address`` or start a local Ray with the spec's logical GPUs."""
+    """Join ``cluster.address`` or start a local Ray with the spec's logical GPUs.
+
+    Ray's token authentication stays as Ray sets it: on by default (Ray 2.60 writes a
+    token under the home directory for a local Ray; a cluster's driver needs that
+    cluster's token: README "Security"). servesweep never turns it off; only the test
+    suite does, for the throwaway clusters it starts (tests/conftest.py). Ray 2.60 maps
+    127.0.0.1 to the node's address and its servers listen on every interface, so the
+    token, not the bind address, is what keeps others from running code here."""
     if ray.is_initialized():
         return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     kwargs: dict[str, Any] = dict(namespace=spec.cluster.namespace, include_dashboard=False,
                                   log_to_driver=False, logging_level="WARNING")
@@ -51,10 +59,10 @@ def connect_ray(spec: SweepSpec) -> None:
 
 
 class SweepController:
-    def __init__(self, spec: SweepSpec, ledger: Ledger, tracker: Tracker | None,
+    def __init__(self, spec: SweepSpec, ledger: Ledger, outbox: TrackingOutbox | None,
                  progress: Progress | None = None, tick_s: float = 0.5,
                  cluster: Cluster | None = None):
-        self.spec, self.ledger, self.tracker = spec, ledger, tracker
+        self.spec, self.ledger, self.outbox = spec, ledger, outbox
         self.tick_s = tick_s
         self.cluster: Cluster = cluster if cluster is not None else RayCluster()
         self.shape: ModelShape | None = spec_shape(spec)
@@ -146,20 +154,15 @@ class SweepController:
 
     def _record(self, result: TrialResult, trial_dir: Path | None) -> None:
         self.results[result.key] = result
-        self.ledger.record_result(result)  # the source of truth first
-        if self.tracker is not None:
-            artifacts = []
-            if trial_dir is not None:
-                (trial_dir / "trial_config.json").write_text(
-                    result.config.model_dump_json(indent=1))
-                (trial_dir / "command.json").write_text(
-                    _json({"argv": result.host.get("argv"), "host": result.host.get("host")}))
-                artifacts = sorted(p for p in trial_dir.iterdir() if p.is_file())
-            self.tracker.log_trial(result, self.ledger.sweep_id, artifacts)
+        event = self.ledger.record_result(result)  # the source of truth first
+        if trial_dir is not None:  # its config and command beside its logs (MLflow's too)
+            write_trial_files(result, trial_dir)
         if result.status != TrialStatus.INFEASIBLE:
             planned = next(p for p in self.planned if p.config.key() == result.key)
             self.searcher.tell(planned, result)
             self.progress.trial_finished(result)
+        if self.outbox is not None:  # returns at once; MLflow is written off this loop
+            self.outbox.trial(result, event.ts)
         if result.status == TrialStatus.FAILED:
             self.failures += 1
             fp = self.spec.failure
@@ -216,8 +219,3 @@ class SweepController:
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
-
-def _json(obj: Any) -> str:
-    import json
-
-    return json.dumps(obj, indent=1, default=str)

@@ -1,4 +1,4 @@
-"""Run (or resume) a sweep: Ray, MLflow parent run, the controller, then the report files."""
+"""Run (or resume) a sweep: Ray, the controller, the report files; MLflow through the outbox."""
 
 from __future__ import annotations
 
@@ -11,39 +11,30 @@ from actors.procs import marked_processes, reap
 from orchestrator.errors import EXIT_OK, UsageError
 from orchestrator.results.events import DriverStarted, Reaped
 from orchestrator.results.ledger import Ledger
-from orchestrator.results.tracking import Tracker
+from orchestrator.results.lock import DriverLock
+from orchestrator.results.outbox import TrackingOutbox
+from orchestrator.results.tracking import Tracker, report_files, sweep_summary
 from orchestrator.spec import SweepSpec
 
-__all__ = ["execute", "reap_orphans", "INTERRUPTED"]
+__all__ = ["execute", "reap_orphans", "INTERRUPTED", "END_WAIT_S", "INTERRUPT_WAIT_S"]
 
 INTERRUPTED = 130
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def reap_orphans(root) -> list[str]:
-    """Stop engines whose sweep's driver on this host is gone; returns those sweep ids."""
+    """Stop engines whose sweep's driver is gone; returns those sweep ids. A driver is
+    alive while it holds its sweep's lock (``results.lock``), never judged by ledger
+    events or by a pid that may have been reused."""
     by_sweep: dict[str, int] = {}
     for _, _, marker in marked_processes(""):
         by_sweep.setdefault(marker.split("/")[0], 0)
     reaped = []
-    host = socket.gethostname()
     for sweep_id in by_sweep:
         try:
             ledger = Ledger.open(sweep_id, root)
         except UsageError:
             continue  # another state root's sweep: not ours to judge
-        drivers = [e for e in ledger.events() if isinstance(e, DriverStarted)
-                   and e.host == host]
-        if drivers and not _alive(drivers[-1].pid):
+        if DriverLock(ledger.dir).holder() is None:
             reap(f"{sweep_id}/")
             ledger.append(Reaped(reason="driver gone", by=os.getpid()))
             reaped.append(sweep_id)
@@ -54,37 +45,58 @@ def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
+#: how long a sweep waits for MLflow at its end, and after Ctrl-C (then ``sync`` catches up)
+END_WAIT_S = 30.0
+INTERRUPT_WAIT_S = 5.0
+
+
 def execute(spec: SweepSpec, ledger: Ledger, tracker: Tracker | None, quiet: bool,
             total: int) -> int:
+    """Run the sweep. MLflow (``tracker``) is written through a ``TrackingOutbox``: it never
+    stops the sweep, and what it missed is left for ``servesweep sync``. Ctrl-C returns 130
+    after ending the parent run KILLED (the sweep stopped before its plan was done;
+    ``resume`` reopens the run and ends it FINISHED)."""
+    ledger.append(DriverStarted(pid=os.getpid(), host=socket.gethostname()))
+    outbox = TrackingOutbox(tracker, spec, ledger) if tracker is not None else None
+    try:
+        if outbox is not None:
+            outbox.begin()  # the parent run, and the trials an earlier driver recorded
+        return _execute(spec, ledger, outbox, quiet, total)
+    except KeyboardInterrupt:
+        caught_up = True
+        if outbox is not None:
+            if not outbox.ended:  # a completed sweep interrupted while MLflow catches up
+                outbox.end({}, [], "KILLED")  # stays FINISHED
+            try:
+                caught_up = outbox.drain(INTERRUPT_WAIT_S)
+            except KeyboardInterrupt:  # a second Ctrl-C: stop waiting for MLflow
+                caught_up = False
+        _say(f"interrupted; engines stopped. Finished trials are kept in {ledger.dir}; "
+             f"`servesweep resume {ledger.sweep_id}` runs the rest")
+        if outbox is not None and not caught_up:
+            for line in outbox.behind_lines():
+                _say(line)
+        return INTERRUPTED
+    finally:
+        if outbox is not None:
+            outbox.close()
+
+
+def _execute(spec: SweepSpec, ledger: Ledger, outbox: TrackingOutbox | None, quiet: bool,
+             total: int) -> int:
     import ray
 
     from orchestrator.execution.controller import SweepController, connect_ray
     from orchestrator.execution.progress import Progress
     from orchestrator.results.report import render_text, report_json, winners_export, write_plots
 
-    ledger.append(DriverStarted(pid=os.getpid(), host=socket.gethostname()))
     t0 = time.monotonic()
     _say("starting Ray ..." if not spec.cluster.address else
          f"joining Ray at {spec.cluster.address} ...")
-    connect_ray(spec)
-    if tracker is not None and not tracker.resume_sweep(spec.name, ledger.sweep_id):
-        tracker.start_sweep(spec.name, ledger.sweep_id,
-                            {"spec": spec.name, "hardware": spec.hardware,
-                             "model": spec.model.display_name, "search": spec.search.kind,
-                             "prompt_tokens": str(spec.workload.prompt_tokens),
-                             "output_tokens": str(spec.workload.output_tokens),
-                             "concurrency": str(spec.workload.concurrency),
-                             "time_scale": str(spec.sim.time_scale)},
-                            ledger.dir / "spec.yaml")
-    controller = SweepController(spec, ledger, tracker, Progress(total, quiet=quiet))
     try:
+        connect_ray(spec)
+        controller = SweepController(spec, ledger, outbox, Progress(total, quiet=quiet))
         results = controller.run()
-    except KeyboardInterrupt:
-        if tracker is not None:
-            tracker.end_sweep({}, [], "KILLED")
-        _say(f"interrupted; engines stopped. Finished trials are kept in {ledger.dir}; "
-             f"`servesweep resume {ledger.sweep_id}` runs the rest")
-        return INTERRUPTED
     finally:
         ray.shutdown()
     ordered = list(results.values())
@@ -96,23 +108,22 @@ def execute(spec: SweepSpec, ledger: Ledger, tracker: Tracker | None, quiet: boo
     (report_dir / "winners.json").write_text(
         json.dumps(winners_export(spec, ordered), indent=1, default=str))
     hint = ""
-    if tracker is not None:
+    if outbox is not None:
+        uri = outbox.tracker.uri
         hint = (f"Open the results in MLflow:\n  .venv/bin/mlflow ui --backend-store-uri "
-                f"{tracker.uri} --port 5000   (then http://127.0.0.1:5000)\n  or: make ui"
-                if tracker.uri.startswith("sqlite:") else f"Results are in MLflow at "
-                                                          f"{tracker.uri}")
+                f"{uri} --port 5000   (then http://127.0.0.1:5000)\n  or: make ui"
+                if uri.startswith("sqlite:") else f"Results are in MLflow at {uri}")
     text = render_text(spec, ordered, ledger.sweep_id, hint)
     (report_dir / "report.txt").write_text(text + "\n")
-    if tracker is not None:
-        counts: dict[str, int] = {}
-        for r in ordered:
-            counts[r.status.value] = counts.get(r.status.value, 0) + 1
-        summary = {"trials": len(ordered), "wall_s": time.monotonic() - t0,
-                   **{f"trials_{k}": v for k, v in counts.items()}}
-        tracker.end_sweep(summary, [*plots, report_dir / "report.json",
-                                    report_dir / "report.txt", report_dir / "winners.json"],
-                          "FINISHED")
+    behind: list[str] = []
+    if outbox is not None:
+        summary = {**sweep_summary(ordered), "wall_s": time.monotonic() - t0}
+        outbox.end(summary, report_files(report_dir), "FINISHED")
+        if not outbox.drain(END_WAIT_S):
+            behind = outbox.behind_lines()
     _say("")
     _say(text)
     _say(f"\nplots: {', '.join(str(p) for p in plots) or 'none (no valid level)'}")
+    for line in behind:  # the sweep is complete (exit 0); MLflow catches up with `sync`
+        _say(line)
     return EXIT_OK

@@ -2,7 +2,9 @@
 
 - ``ledger``: the append-only JSONL per sweep, the only source of truth.
 - ``tracking``: ``Tracker``, MLflow as a view of the ledger (parent run per sweep,
-  nested run per trial).
+  nested run per trial), found by tags and created only if absent; ``trial_record``.
+- ``outbox``: ``TrackingOutbox``, the driver's MLflow writes off the sweep's path (a
+  background thread that never raises into the sweep; ``sync`` catches up what it missed).
 - ``analysis``: winners per level, margins, crossovers, the Pareto front (pandas).
 - ``report``: text, JSON and plots of a sweep; the winners' export.
 - ``calibrate``: fit the sim's profile factors to measured trials.

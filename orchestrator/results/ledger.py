@@ -104,8 +104,10 @@ class Ledger:
             f.flush()
             os.fsync(f.fileno())
 
-    def record_result(self, result: TrialResult) -> None:
-        self.append(TrialRecorded(key=result.key, status=result.status, result=result))
+    def record_result(self, result: TrialResult) -> TrialRecorded:
+        event = TrialRecorded(key=result.key, status=result.status, result=result)
+        self.append(event)
+        return event
 
     def write_state(self, state: dict[str, Any]) -> None:
         atomic_write(self.dir / "state.json", json.dumps(state, indent=1, default=str))
@@ -137,7 +139,11 @@ class Ledger:
 
     def results(self) -> dict[str, TrialResult]:
         """The latest final result of each trial, in the order trials were first recorded."""
-        return {ev.key: ev.result for ev in self.events() if isinstance(ev, TrialRecorded)}
+        return {key: ev.result for key, ev in self.recorded().items()}
+
+    def recorded(self) -> dict[str, TrialRecorded]:
+        """The latest ``trial`` event of each trial (its result and when it was written)."""
+        return {ev.key: ev for ev in self.events() if isinstance(ev, TrialRecorded)}
 
     def started_groups(self) -> list[Started]:
         """Every process group this sweep started (for reaping after a dead driver)."""

@@ -1,50 +1,261 @@
-"""``Tracker``: MLflow as a view of the ledger.
+"""``Tracker``: MLflow as a view of the ledger, rebuilt from it at any time.
 
-One experiment per spec name, one parent run per sweep, one nested run per
-trial with the full ``TrialConfig`` as params, metrics per concurrency both as
-steps (x = concurrency) and as named metrics (``output_tok_s_c16``), status and
-failure reason as tags, and the command, configs, server log and per-request
-records as artifacts. The default store is sqlite under the state root
-(``MLFLOW_TRACKING_URI`` overrides).
+One experiment per spec name, one parent run per sweep, one nested run per trial with the
+full ``TrialConfig`` as params, metrics per concurrency both as steps (x = concurrency) and
+as named metrics (``output_tok_s_c16``), status and failure reason as tags, and the
+command, configs, server log and per-request records as artifacts. The default store is
+sqlite under the state root (``MLFLOW_TRACKING_URI`` overrides).
+
+Runs are found, never assumed: a trial's run carries the tags ``servesweep.sweep_id`` and
+``servesweep.trial_key`` (the sweep's parent run ``servesweep.sweep_id`` and
+``servesweep.kind = sweep``), and writing a trial finds its run by them and creates one only
+if there is none (``ensure_trial``). A run found RUNNING, or missing params or artifacts
+(a driver killed mid-write), is completed in place; a second run for a key is never made.
+``trial_record`` builds a trial's whole MLflow record (params, metrics, tags, artifacts)
+from its ``TrialResult`` and trial folder: the live path (``results.outbox``) and
+``servesweep sync`` both use it, so a sweep logged afterwards equals one tracked live.
+Metric timestamps are the ledger event's, so writing the same trial again adds nothing.
+
+The driver's client retries briefly (``mlflow_client_env``): MLflow must never slow a
+sweep, and what it misses ``sync`` writes later.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors.contracts.results import TrialResult
+from actors.contracts.states import TrialStatus
 
-__all__ = ["Tracker", "default_tracking_uri", "LEVEL_METRICS"]
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.results.ledger import Ledger
+    from orchestrator.spec import SweepSpec
+
+__all__ = ["Tracker", "TrialRecord", "SweepRecord", "SyncCounts", "default_tracking_uri",
+           "trial_record", "sweep_record", "sweep_summary", "write_trial_files", "report_files",
+           "mlflow_client_env", "describe_error", "LEVEL_METRICS", "MLFLOW_CLIENT_ENV",
+           "SWEEP_ID_TAG", "TRIAL_KEY_TAG", "KIND_TAG"]
 
 LEVEL_METRICS = ("output_tok_s", "total_tok_s", "requests_s", "ttft_p50_ms", "ttft_p90_ms",
                  "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "tpot_p50_ms", "e2e_p50_ms",
                  "e2e_p99_ms", "decode_tok_s_per_req_p50", "chunk_gap_p50_ms",
                  "chunk_gap_p99_ms", "round_spread")
 
+SWEEP_ID_TAG = "servesweep.sweep_id"
+TRIAL_KEY_TAG = "servesweep.trial_key"
+KIND_TAG = "servesweep.kind"
+PARENT_TAG = "mlflow.parentRunId"
+TERMINAL = ("FINISHED", "FAILED", "KILLED")
+
+#: MLflow's client settings in servesweep's own process. Its HTTP defaults retry a request
+#: for about four minutes; here: one retry, backoff factor 1 s, a 10 s timeout per request.
+#: It also prints a "View run" link on each run's end; not here (progress lines are). A value
+#: already in the environment wins.
+MLFLOW_CLIENT_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+                     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+                     "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
+
 
 def default_tracking_uri(root: Path) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}"
 
 
+def mlflow_client_env() -> None:
+    """Short retries for MLflow's HTTP client in this process (unless the user set them)."""
+    for name, value in MLFLOW_CLIENT_ENV.items():
+        os.environ.setdefault(name, value)
+
+
+def describe_error(err: BaseException) -> str:
+    """One short line for what a tracking store raised (MLflow's own are long)."""
+    text = " ".join(str(err).split())
+    for needle, short in (("Connection refused", "connection refused"),
+                          ("timed out", "timed out"), ("database is locked", "database is locked"),
+                          ("Connection aborted", "connection aborted"),
+                          ("RemoteDisconnected", "connection closed by the server"),
+                          ("Max retries exceeded", "no answer")):
+        if needle in text:
+            return f"{type(err).__name__}: {short}"
+    return f"{type(err).__name__}: {text[:160]}"
+
+
+def _quiet_logs() -> None:
+    import logging
+
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    # servesweep says once what went wrong; MLflow's and urllib3's per-retry lines would
+    # repeat it on every attempt
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+
+
+# -- the records: what MLflow should hold, built from the ledger -----------------------------
+@dataclass(frozen=True)
+class TrialRecord:
+    """Everything a trial's MLflow run holds (the parent's id is added when written)."""
+
+    key: str
+    run_name: str
+    status: str  # the run's terminal status: FINISHED, FAILED or KILLED (infeasible)
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: list[tuple[str, float, int]]  # (key, value, step)
+    timestamp_ms: int  # every metric's timestamp: the ledger event's time
+    artifacts: list[Path] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SweepRecord:
+    experiment: str
+    sweep_id: str
+    params: dict[str, str]
+    spec_path: Path
+
+
+@dataclass
+class SyncCounts:
+    created: int = 0
+    repaired: int = 0
+    unchanged: int = 0
+    removed: int = 0  # extra runs of one key (older servesweep's `track --force`), deleted
+
+    def add(self, outcome: str, removed: int) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
+        self.removed += removed
+
+    def total(self) -> int:
+        return self.created + self.repaired + self.unchanged
+
+
+def write_trial_files(result: TrialResult, trial_dir: Path) -> None:
+    """The trial folder's derived files (its config and command), written if they differ."""
+    import json
+
+    files = {"trial_config.json": result.config.model_dump_json(indent=1),
+             "command.json": json.dumps({"argv": result.host.get("argv"),
+                                         "host": result.host.get("host")},
+                                        indent=1, default=str)}
+    for name, text in files.items():
+        path = trial_dir / name
+        if not path.is_file() or path.read_text() != text:
+            path.write_text(text)
+
+
+def trial_record(result: TrialResult, sweep_id: str, trial_dir: Path | None,
+                 recorded_ts: float) -> TrialRecord:
+    """A trial's full MLflow record from its ledger entry and its folder (live and sync)."""
+    tags = {SWEEP_ID_TAG: sweep_id, KIND_TAG: "trial", TRIAL_KEY_TAG: result.key,
+            "status": result.status.value, "failure_reason": result.reason,
+            "label": result.config.label(), "hardware": result.hardware}
+    if result.message:
+        tags["message"] = result.message[:4000]
+    readers = sorted({lv.client.reader for lv in result.levels if lv.client is not None})
+    if readers:  # how the load generator read (one client per trial: one value)
+        tags["client.reader"] = ",".join(readers)
+    for k, v in result.versions.items():
+        tags[f"version.{k}"] = v
+    params = {k: str(v)[:6000] for k, v in result.config.flat_params().items()}
+    params["trial_key"] = result.key
+    metrics: list[tuple[str, float, int]] = []
+    valid_tputs = []
+    for lv in result.levels:
+        c = lv.concurrency
+        metrics.append((f"valid_c{c}", 1.0 if lv.status == "valid" else 0.0, 0))
+        for flag in lv.flags:
+            tags[f"flag.c{c}.{flag}"] = "true"
+        if lv.metrics is None:
+            continue
+        for name in LEVEL_METRICS:
+            value = getattr(lv.metrics, name)
+            if value is None:
+                continue
+            metrics.append((name, float(value), c))
+            metrics.append((f"{name}_c{c}", float(value), 0))
+        # every round's throughput (the level's figure is their median): step = round
+        metrics += [(f"round_output_tok_s_c{c}", rr.output_tok_s, rr.round)
+                    for rr in lv.rounds]
+        if lv.client is not None:  # the client's self-check: can the level be trusted
+            metrics += [("client_cpu_frac", lv.client.cpu_frac, c),
+                        ("client_loop_lag_p99_ms", lv.client.loop_lag_p99_ms, c)]
+        if lv.status == "valid":
+            valid_tputs.append(lv.metrics.output_tok_s)
+    if valid_tputs:
+        metrics.append(("max_output_tok_s", max(valid_tputs), 0))
+    if result.startup_s is not None:
+        metrics.append(("startup_s", result.startup_s, 0))
+    artifacts: list[Path] = []
+    if trial_dir is not None and trial_dir.is_dir() \
+            and result.status is not TrialStatus.INFEASIBLE:
+        write_trial_files(result, trial_dir)
+        artifacts = sorted(p for p in trial_dir.iterdir() if p.is_file())
+    status = "FINISHED" if result.status.has_measurements() else "FAILED"
+    if result.status is TrialStatus.INFEASIBLE:
+        status = "KILLED"
+    return TrialRecord(key=result.key, run_name=result.config.label(), status=status,
+                       tags=tags, params=params, metrics=metrics,
+                       timestamp_ms=int(recorded_ts * 1000), artifacts=artifacts)
+
+
+def sweep_params(spec: SweepSpec) -> dict[str, str]:
+    return {"spec": spec.name, "hardware": spec.hardware, "model": spec.model.display_name,
+            "search": spec.search.kind, "prompt_tokens": str(spec.workload.prompt_tokens),
+            "output_tokens": str(spec.workload.output_tokens),
+            "concurrency": str(spec.workload.concurrency),
+            "time_scale": str(spec.sim.time_scale)}
+
+
+def sweep_record(spec: SweepSpec, ledger: Ledger) -> SweepRecord:
+    return SweepRecord(experiment=spec.name, sweep_id=ledger.sweep_id,
+                       params=sweep_params(spec), spec_path=ledger.dir / "spec.yaml")
+
+
+def sweep_summary(results: Iterable[TrialResult]) -> dict[str, float]:
+    """The parent run's metrics: trials in all and by status."""
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    return {"trials": float(sum(counts.values())),
+            **{f"trials_{k}": float(v) for k, v in sorted(counts.items())}}
+
+
+def _filter(tags: dict[str, str]) -> str:
+    """An MLflow filter on tags (a value with a quote is matched afterwards, in Python)."""
+    return " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items() if "'" not in v)
+
+
 class Tracker:
-    """Writes a sweep to MLflow through ``MlflowClient`` (explicit run ids, no global state)."""
+    """Writes a sweep to MLflow through ``MlflowClient`` (explicit run ids, no global state).
+
+    The client is made on first use (in the thread that writes: creating a sqlite store can
+    take seconds). Every write is find-or-create, so any of them can be repeated."""
 
     def __init__(self, root: Path, uri: str | None = None):
-        import logging
-
-        logging.getLogger("alembic").setLevel(logging.WARNING)
-        logging.getLogger("mlflow").setLevel(logging.WARNING)
-        from mlflow.tracking import MlflowClient
-
         self.root = root
         self.uri = uri or default_tracking_uri(root)
-        self.client = MlflowClient(tracking_uri=self.uri)
+        self._client: MlflowClient | None = None
         self.parent_id: str | None = None
         self.experiment_id: str | None = None
 
+    @property
+    def client(self) -> MlflowClient:
+        if self._client is None:
+            mlflow_client_env()
+            from mlflow.tracking import MlflowClient
+
+            _quiet_logs()  # after the import: mlflow sets its logger's level when imported
+            self._client = MlflowClient(tracking_uri=self.uri)
+        return self._client
+
+    # -- lookups ----------------------------------------------------------------------------
     def _experiment(self, name: str) -> str:
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
@@ -56,111 +267,180 @@ class Tracker:
             location = art.as_uri()
         return self.client.create_experiment(name, artifact_location=location)
 
-    def start_sweep(self, spec_name: str, sweep_id: str, params: dict[str, str],
-                    spec_path: Path) -> str:
-        self.experiment_id = self._experiment(spec_name)
-        run = self.client.create_run(self.experiment_id, run_name=sweep_id,
-                                     tags={"servesweep.sweep_id": sweep_id,
-                                           "servesweep.kind": "sweep"})
-        self.parent_id = run.info.run_id
-        self._params(self.parent_id, params)
-        self.client.log_artifact(self.parent_id, str(spec_path))
-        return self.parent_id
+    def search(self, tags: dict[str, str]) -> list[Run]:
+        """Every active run of the experiment with these tags, oldest first."""
+        assert self.experiment_id is not None
+        out: list[Run] = []
+        token = None
+        while True:
+            page = self.client.search_runs([self.experiment_id], filter_string=_filter(tags),
+                                           max_results=1000, page_token=token)
+            out += [r for r in page
+                    if all(r.data.tags.get(k) == v for k, v in tags.items())]
+            token = page.token
+            if not token:
+                break
+        return sorted(out, key=lambda r: (r.info.start_time or 0, r.info.run_id))
 
-    def resume_sweep(self, spec_name: str, sweep_id: str) -> bool:
-        """Reuse the sweep's parent run if MLflow already has one (``resume``)."""
-        exp = self.client.get_experiment_by_name(spec_name)
-        if exp is None:
-            return False
-        runs = self.client.search_runs(
-            [exp.experiment_id], filter_string=f"tags.`servesweep.sweep_id` = '{sweep_id}' "
-                                               "and tags.`servesweep.kind` = 'sweep'")
-        if not runs:
-            return False
-        self.experiment_id, self.parent_id = exp.experiment_id, runs[0].info.run_id
-        self.client.update_run(self.parent_id, status="RUNNING")
-        return True
+    def _keep_one(self, runs: list[Run], good: Any = None) -> tuple[Run, int]:
+        """The run to keep of several for one key (the first complete one, else the oldest);
+        the others are deleted (MLflow's soft delete: `mlflow runs restore` brings one back)."""
+        if len(runs) == 1:
+            return runs[0], 0
+        keep = next((r for r in runs if good is not None and good(r)), runs[0])
+        for r in runs:
+            if r.info.run_id != keep.info.run_id:
+                self.client.delete_run(r.info.run_id)
+        return keep, len(runs) - 1
 
-    def _params(self, run_id: str, params: dict[str, str]) -> None:
+    # -- writing ----------------------------------------------------------------------------
+    def _params(self, run_id: str, params: dict[str, str], have: dict[str, str]) -> None:
+        """Log the params not yet on the run (MLflow refuses to change a param's value: one
+        that differs is left as it is)."""
         from mlflow.entities import Param
 
-        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        items = [Param(k, v) for k, v in params.items() if k not in have]
         for i in range(0, len(items), 100):
             self.client.log_batch(run_id, params=items[i:i + 100])
 
-    def log_trial(self, result: TrialResult, sweep_id: str, artifacts: list[Path]) -> str:
-        """One nested run for a finished trial; returns its run id."""
-        from mlflow.entities import Metric, RunTag
+    def _tags(self, run_id: str, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
 
-        assert self.parent_id and self.experiment_id, "start_sweep first"
-        tags = {"mlflow.parentRunId": self.parent_id, "servesweep.sweep_id": sweep_id,
-                "servesweep.kind": "trial", "servesweep.trial_key": result.key,
-                "status": result.status.value, "failure_reason": result.reason,
-                "label": result.config.label(), "hardware": result.hardware}
-        if result.message:
-            tags["message"] = result.message[:4000]
-        readers = sorted({lv.client.reader for lv in result.levels if lv.client is not None})
-        if readers:  # how the load generator read (one client per trial: one value)
-            tags["client.reader"] = ",".join(readers)
-        for k, v in result.versions.items():
-            tags[f"version.{k}"] = v
-        run = self.client.create_run(self.experiment_id, run_name=result.config.label(),
-                                     tags=tags)
-        rid = run.info.run_id
-        params = result.config.flat_params()
-        params["trial_key"] = result.key
-        self._params(rid, params)
-        now = int(time.time() * 1000)
-        metrics: list[Metric] = []
-        valid_tputs = []
-        for lv in result.levels:
-            c = lv.concurrency
-            metrics.append(Metric(f"valid_c{c}", 1.0 if lv.status == "valid" else 0.0, now, 0))
-            if lv.metrics is None:
-                continue
-            for name in LEVEL_METRICS:
-                value = getattr(lv.metrics, name)
-                if value is None:
-                    continue
-                metrics.append(Metric(name, float(value), now, c))
-                metrics.append(Metric(f"{name}_c{c}", float(value), now, 0))
-            # every round's throughput (the level's figure is their median): step = round
-            metrics += [Metric(f"round_output_tok_s_c{c}", rr.output_tok_s, now, rr.round)
-                        for rr in lv.rounds]
-            if lv.client is not None:  # the client's self-check: can the level be trusted
-                metrics += [Metric("client_cpu_frac", lv.client.cpu_frac, now, c),
-                            Metric("client_loop_lag_p99_ms", lv.client.loop_lag_p99_ms, now, c)]
-            if lv.status == "valid":
-                valid_tputs.append(lv.metrics.output_tok_s)
-            for tag in lv.flags:
-                tags_flag = RunTag(f"flag.c{c}.{tag}", "true")
-                self.client.log_batch(rid, tags=[tags_flag])
-        if valid_tputs:
-            metrics.append(Metric("max_output_tok_s", max(valid_tputs), now, 0))
-        if result.startup_s is not None:
-            metrics.append(Metric("startup_s", result.startup_s, now, 0))
+        items = [RunTag(k, v) for k, v in tags.items()]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(run_id, tags=items[i:i + 100])
+
+    def _artifact_sizes(self, run_id: str) -> dict[str, int | None]:
+        return {Path(f.path).name: f.file_size for f in self.client.list_artifacts(run_id)
+                if not f.is_dir}
+
+    def open_sweep(self, record: SweepRecord, running: bool) -> str:
+        """Find or create the sweep's parent run; ``running`` marks it RUNNING (a driver has
+        the sweep). Returns its run id."""
+        self.experiment_id = self._experiment(record.experiment)
+        found = self.search({SWEEP_ID_TAG: record.sweep_id, KIND_TAG: "sweep"})
+        if found:
+            run, _ = self._keep_one(found)
+            self.parent_id = run.info.run_id
+            have = run.data.params
+            if running and run.info.status != "RUNNING":
+                self.client.update_run(self.parent_id, status="RUNNING")
+        else:
+            run = self.client.create_run(self.experiment_id, run_name=record.sweep_id,
+                                         tags={SWEEP_ID_TAG: record.sweep_id,
+                                               KIND_TAG: "sweep"})
+            self.parent_id, have = run.info.run_id, {}
+        self._params(self.parent_id, record.params, have)
+        if not found or record.spec_path.name not in self._artifact_sizes(self.parent_id):
+            self.client.log_artifact(self.parent_id, str(record.spec_path))
+        return self.parent_id
+
+    def _complete(self, run: Run, record: TrialRecord) -> bool:
+        """Whether a found run already holds the whole record (then it is left alone)."""
+        if run.info.status != record.status:
+            return False
+        if run.data.tags.get(PARENT_TAG) != self.parent_id:
+            return False
+        if any(k not in run.data.params for k in record.params):
+            return False
+        sizes = self._artifact_sizes(run.info.run_id)
+        return all(sizes.get(p.name) == p.stat().st_size for p in record.artifacts)
+
+    def ensure_trial(self, record: TrialRecord, found: list[Run] | None = None) -> tuple[str, int]:
+        """Make the trial's run hold ``record``: find it by its tags (``found``: the runs
+        already looked up), create it only if there is none, complete it if it is RUNNING
+        or lacks anything. Returns (``created`` | ``repaired`` | ``unchanged``, runs of
+        this key deleted as extras)."""
+        from mlflow.entities import Metric
+
+        assert self.parent_id and self.experiment_id, "open_sweep first"
+        if found is None:
+            found = self.search({SWEEP_ID_TAG: record.tags[SWEEP_ID_TAG], KIND_TAG: "trial",
+                                 TRIAL_KEY_TAG: record.key})
+        removed = 0
+        tags = {PARENT_TAG: self.parent_id, **record.tags}
+        if found:
+            run, removed = self._keep_one(found, lambda r: self._complete(r, record))
+            if self._complete(run, record):
+                return "unchanged", removed
+            rid, have, outcome = run.info.run_id, dict(run.data.params), "repaired"
+            if run.info.status != "RUNNING":  # reopened while it is written again
+                self.client.update_run(rid, status="RUNNING")
+        else:
+            rid = self.client.create_run(self.experiment_id, run_name=record.run_name,
+                                         tags=tags).info.run_id
+            have, outcome = {}, "created"
+        self._tags(rid, tags)
+        self._params(rid, record.params, have)
+        # the ledger's timestamp makes each point identical on a second write: MLflow's
+        # store keeps one of each (key, timestamp, step, value)
+        metrics = [Metric(k, v, record.timestamp_ms, step) for k, v, step in record.metrics]
         for i in range(0, len(metrics), 500):
             self.client.log_batch(rid, metrics=metrics[i:i + 500])
-        for path in artifacts:
+        for path in record.artifacts:
             if path.is_file():
                 self.client.log_artifact(rid, str(path))
-        status = "FINISHED" if result.status.has_measurements() else "FAILED"
-        if result.status.value == "infeasible":
-            status = "KILLED"
-        self.client.set_terminated(rid, status=status)
-        return rid
+        self.client.set_terminated(rid, status=record.status)  # last: "complete" from here
+        return outcome, removed
 
-    def end_sweep(self, summary: dict[str, Any], artifacts: list[Path], status: str) -> None:
+    def sync_trials(self, ledger: Ledger, keys: Iterable[str] | None = None) -> SyncCounts:
+        """Every trial of the ledger (or those of ``keys``) into MLflow exactly once."""
+        recorded = ledger.recorded()
+        wanted = list(recorded) if keys is None else [k for k in keys if k in recorded]
+        counts = SyncCounts()
+        if not wanted:
+            return counts
+        by_key: dict[str, list[Run]] = {}
+        for run in self.search({SWEEP_ID_TAG: ledger.sweep_id, KIND_TAG: "trial"}):
+            by_key.setdefault(run.data.tags.get(TRIAL_KEY_TAG, ""), []).append(run)
+        for key in wanted:
+            ev = recorded[key]
+            rec = trial_record(ev.result, ledger.sweep_id, ledger.dir / "trials" / key, ev.ts)
+            counts.add(*self.ensure_trial(rec, by_key.get(key, [])))
+        return counts
+
+    def end_sweep(self, summary: dict[str, Any], artifacts: list[Path], status: str,
+                  only_changes: bool = False) -> None:
+        """Summary metrics and report files on the parent run, then its end status.
+        ``only_changes`` (sync): skip metrics whose latest value is the same, files of the
+        same size already there, and the status if it already is ``status``."""
         from mlflow.entities import Metric
 
         if not self.parent_id:
             return
+        run = self.client.get_run(self.parent_id) if only_changes else None
+        latest = run.data.metrics if run is not None else {}
+        sizes = self._artifact_sizes(self.parent_id) if only_changes else {}
         now = int(time.time() * 1000)
         metrics = [Metric(k, float(v), now, 0) for k, v in summary.items()
-                   if isinstance(v, (int, float))]
+                   if isinstance(v, (int, float)) and latest.get(k) != float(v)]
         if metrics:
             self.client.log_batch(self.parent_id, metrics=metrics)
         for path in artifacts:
-            if path.is_file():
+            if path.is_file() and sizes.get(path.name) != path.stat().st_size:
                 self.client.log_artifact(self.parent_id, str(path))
-        self.client.set_terminated(self.parent_id, status=status)
+        if run is None or run.info.status != status:
+            self.client.set_terminated(self.parent_id, status=status)
+
+    def sync(self, spec: SweepSpec, ledger: Ledger) -> tuple[SyncCounts, str]:
+        """The whole sweep into MLflow (``servesweep sync``): the parent run, every ledger
+        trial exactly once, then the parent ended. Returns the counts and the parent's end
+        status: KILLED when the ledger's last driver was interrupted (``resume`` finishes
+        the sweep and ends it FINISHED), else FINISHED."""
+        from orchestrator.results.events import DriverStarted, Interrupted
+
+        self.open_sweep(sweep_record(spec, ledger), running=False)
+        counts = self.sync_trials(ledger)
+        last = None
+        for ev in ledger.events():
+            if isinstance(ev, DriverStarted | Interrupted):
+                last = ev
+        status = "KILLED" if isinstance(last, Interrupted) else "FINISHED"
+        self.end_sweep(sweep_summary(ledger.results().values()),
+                       report_files(ledger.dir / "report"), status, only_changes=True)
+        return counts, status
+
+
+def report_files(report_dir: Path) -> list[Path]:
+    """The parent run's artifacts: the report folder's files (plots, report, winners)."""
+    return sorted(p for p in report_dir.iterdir() if p.is_file()) if report_dir.is_dir() else []

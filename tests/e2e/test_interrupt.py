@@ -1,4 +1,5 @@
-"""Ctrl-C on `servesweep run` stops every engine process the sweep started."""
+"""Ctrl-C on `servesweep run` stops every engine process the sweep started, exits 130 with
+no traceback, and leaves no MLflow run RUNNING (the parent ends KILLED)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,14 @@ def test_ctrl_c_stops_every_engine_process(tmp_path):
     text = out.decode(errors="replace")
     assert proc.returncode == 130, text[-3000:]
     assert "engines stopped" in text
+    assert "Traceback" not in text, text[-3000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("interrupt").experiment_id])
+    assert [r.info.status for r in runs if r.data.tags["servesweep.kind"] == "sweep"] == \
+        ["KILLED"]
+    assert not [r for r in runs if r.info.status == "RUNNING"]
     assert marked_processes(sweep_id + "/") == []
     assert not os.path.exists(f"/proc/{started['pid']}") or \
         open(f"/proc/{started['pid']}/stat").read().split(")")[1].split()[0] == "Z"
