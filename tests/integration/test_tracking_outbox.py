@@ -294,3 +294,62 @@ def test_a_run_left_running_without_artifacts_is_repaired_not_duplicated(
     before = _snapshot(uri, ledger.sweep_id)
     assert main(["sync", ledger.sweep_id]) == 0
     assert _snapshot(uri, ledger.sweep_id) == before
+
+
+def test_driver_killed_between_the_ledger_and_mlflow_then_resume_has_each_trial_once(
+        state_home, tmp_path, servers):
+    """The window is held open on purpose: the tracking server is paused (SIGSTOP) once
+    the first engine started, so the first trial reaches the ledger while its MLflow
+    write cannot land; the driver is SIGKILLed right then, the server continued, and
+    `resume` must leave one finished run per trial and no engine behind."""
+    from actors.procs import marked_processes
+
+    server = servers(tmp_path / "server")
+    server.start()
+    server.wait_healthy()
+    spec = minimal_spec(name=NAME)
+    spec["space"] = [{"engine": "sim", "profile": ["vllm", "trtllm"]}]
+    path = tmp_path / "window.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    env = dict(os.environ, SERVESWEEP_HOME=str(state_home), MLFLOW_TRACKING_URI=server.uri)
+    driver = subprocess.Popen([sys.executable, "-m", "orchestrator.commands.cli", "run",
+                               str(path), "--quiet"], cwd=Path(__file__).parents[2], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    assert server.proc is not None
+    paused = False
+    try:
+        deadline = time.monotonic() + 180
+        ledger = None
+        while time.monotonic() < deadline:
+            assert driver.poll() is None, "the driver ended before the window"
+            latest = state_home / "sweeps" / "LATEST"
+            if latest.exists():
+                ledger = Ledger.open(latest.read_text().strip(), state_home)
+                kinds = [e.type for e in ledger.events()]
+                if "started" in kinds and not paused:
+                    os.killpg(server.proc.pid, signal.SIGSTOP)  # MLflow writes hang now
+                    paused = True
+                if "trial" in kinds:
+                    break
+            time.sleep(0.05)
+        assert ledger is not None and paused, "no trial reached the ledger in time"
+        os.killpg(driver.pid, signal.SIGKILL)  # inside the ledger -> MLflow window
+        driver.wait(30)
+    finally:
+        if paused:
+            os.killpg(server.proc.pid, signal.SIGCONT)
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    assert ledger is not None
+    assert len(ledger.results()) == 1  # the killed driver had recorded one trial
+    os.environ["MLFLOW_TRACKING_URI"] = server.uri
+    try:
+        assert main(["resume", ledger.sweep_id, "--quiet"]) == 0
+    finally:
+        del os.environ["MLFLOW_TRACKING_URI"]
+    assert sorted(r.status.value for r in ledger.results().values()) == ["ok", "ok"]
+    kinds = [e.type for e in ledger.events()]
+    assert kinds.count("trial") == 2  # nothing recorded twice
+    _assert_one_complete_run_per_trial(server.uri, ledger)
+    assert marked_processes(ledger.sweep_id + "/") == []  # no engine left
