@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.contracts.results import TrialResult
-from actors.contracts.states import TrialStatus
+from actors.contracts.states import LevelFlag, TrialStatus
 from orchestrator.results.analysis import crossovers, levels_frame, winners
 from orchestrator.spec import SweepSpec
 
@@ -66,6 +66,15 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
     else:
         parts.append("\nNo crossover: one configuration wins at every level."
                      if any(win.key for win in ws) else "\nNo winner at any level.")
+    doubtful = [(r, lv) for r in results for lv in r.levels
+                if lv.status == "valid" and LevelFlag.UNVERIFIED in lv.flags]
+    if doubtful:
+        trust = spec.workload.trust_usage
+        parts.append("\nUnverified levels (output counted from the server's usage alone; "
+                     + ("they may win: workload.trust_usage is set):" if trust else
+                        "they cannot win unless workload.trust_usage):"))
+        for r, lv in doubtful:
+            parts.append(f"  c={lv.concurrency:<5} {r.config.label()}: {lv.reason[:160]}")
     bad = [r for r in results if r.status in (TrialStatus.FAILED, TrialStatus.INFEASIBLE,
                                               TrialStatus.INVALID)]
     if bad:

@@ -100,3 +100,16 @@ def test_only_an_honest_verified_server_can_win(lying_sweep):
     # an unverified liar is faster: it wins only where the spec opts in to trust usage
     (trusting,) = winners(results, SLO(), 0.05, trust_usage=True)
     assert SERVERS[by_key[trusting.key].config.extras["label"]][-1] == "unverified"
+
+
+def test_the_report_labels_unverified_levels(lying_sweep, tmp_path, monkeypatch, capsys):
+    from orchestrator.results.report import render_text
+    from orchestrator.spec import parse_spec
+
+    spec = parse_spec(minimal_spec(name="liars"))
+    text = render_text(spec, list(lying_sweep.values()), "liars")
+    section = text.split("Unverified levels")[1].split("\n\n")[0]
+    assert "cannot win unless workload.trust_usage" in section
+    unverified = {label for label, v in SERVERS.items() if v[-1] == "unverified"}
+    listed = {label for label in SERVERS if f"label={label}:" in section}
+    assert listed == unverified, section
