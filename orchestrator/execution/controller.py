@@ -21,14 +21,14 @@ import ray
 
 from actors.contracts.results import TrialResult
 from actors.contracts.shapes import ModelShape
-from actors.contracts.states import TrialStatus
+from actors.contracts.states import FailureClass, TrialStatus
 from actors.procs import reap
 from orchestrator.execution.cluster import Cluster, RayCluster
 from orchestrator.execution.progress import Progress
 from orchestrator.execution.trial import TrialExecution, TrialPhase
 from orchestrator.planning.plan import PlannedTrial, plan_sweep, spec_shape
 from orchestrator.planning.search import Searcher, make_searcher
-from orchestrator.results.events import Interrupted, Scheduled, Started
+from orchestrator.results.events import AttemptFailed, Interrupted, Scheduled, Started
 from orchestrator.results.ledger import Ledger
 from orchestrator.results.outbox import TrackingOutbox
 from orchestrator.results.tracking import write_trial_files
@@ -76,6 +76,12 @@ class SweepController:
                                                 ledger.sweep_id)
         self.progress = progress or Progress(self.searcher.total)
         self.running: dict[Any, TrialExecution] = {}  # in-flight ref -> its trial
+        # attempts that failed and were retried before a resume: retries stay bounded
+        self.failed_attempts: dict[str, int] = {}
+        for ev in ledger.events():
+            if isinstance(ev, AttemptFailed):
+                self.failed_attempts[ev.key] = max(self.failed_attempts.get(ev.key, 0),
+                                                   ev.attempt)
         self.failures = 0
         self.exhausted = False
         self.stopping = False
@@ -118,7 +124,33 @@ class SweepController:
         if nxt is not None:
             self.running[nxt] = trial
         elif trial.result is not None:
-            self._record(trial.result, trial.dir)
+            if self._retryable(trial.result):
+                self._retry(trial)
+            else:
+                self._record(trial.result, trial.dir)
+
+    def _retryable(self, result: TrialResult) -> bool:
+        """A transient failure (``failure.retry_on``) with attempts left runs again."""
+        fp = self.spec.failure
+        return (not self.stopping and result.status is TrialStatus.FAILED
+                and result.reason in set(fp.retry_on) and result.attempt <= fp.retries)
+
+    def _retry(self, failed: TrialExecution) -> None:
+        """Record the failed attempt (not a result) and start the next one at once; Ray
+        places it where there is room (a lost node has none)."""
+        result = failed.result
+        assert result is not None
+        self.ledger.append(AttemptFailed(
+            key=result.key, attempt=result.attempt, reason=FailureClass(result.reason),
+            message=result.message, host={k: result.host.get(k) for k in ("host", "node_id")}))
+        nxt = result.attempt + 1
+        self.progress.say(f"retrying {result.config.label()} (attempt {nxt} of "
+                          f"{self.spec.failure.retries + 1}) after {result.reason}: "
+                          f"{result.message[:120]}")
+        trial = TrialExecution(failed.planned, self.spec, self.ledger.sweep_id, failed.dir,
+                               self.shape, self.use_gpus, self.cluster,
+                               on_event=self._on_event, attempt=nxt)
+        self.running[trial.begin()] = trial
 
     def _start_trials(self) -> None:
         while not self.stopping and not self.exhausted and len(self.running) < self.max_concurrent:
@@ -130,7 +162,8 @@ class SweepController:
             self.progress.trial_started(key, planned.config.label())
             trial = TrialExecution(planned, self.spec, self.ledger.sweep_id,
                                    self.ledger.trial_dir(key), self.shape, self.use_gpus,
-                                   self.cluster, on_event=self._on_event)
+                                   self.cluster, on_event=self._on_event,
+                                   attempt=self.failed_attempts.get(key, 0) + 1)
             self.ledger.append(Scheduled(key=key,
                                          config=planned.config.model_dump(mode="json")))
             self.running[trial.begin()] = trial

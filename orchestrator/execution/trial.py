@@ -72,11 +72,12 @@ TIMEOUT_CLASS: dict[TrialPhase, FailureClass] = {
 class TrialExecution:
     def __init__(self, planned: PlannedTrial, spec: SweepSpec, sweep_id: str, trial_dir: Path,
                  shape: ModelShape | None, use_gpus: bool, cluster: Cluster,
-                 on_event: Any = None):
+                 on_event: Any = None, attempt: int = 1):
         self.planned, self.spec, self.cfg = planned, spec, planned.config
         self.key = self.cfg.key()
         self.sweep_id, self.dir, self.shape = sweep_id, trial_dir, shape
         self.use_gpus, self.cluster = use_gpus, cluster
+        self.attempt = attempt  # 1 for the first run; retries count up (failure.retries)
         self.on_event = on_event or (lambda kind, data: None)
         self.adapter = get_adapter(self.cfg.engine)
         self.phase = TrialPhase.PLACE
@@ -279,7 +280,7 @@ class TrialExecution:
             wall_s=time.monotonic() - self.t0, applied=applied, versions=versions,
             host={**host, "loadgen_node_id": lg_node},
             hardware=self.spec.hardware, time_scale=self.time_scale,
-            log_tail=self.log_tail[-8000:])
+            log_tail=self.log_tail[-8000:], attempt=self.attempt)
         self.phase = TrialPhase.DONE
         return None
 

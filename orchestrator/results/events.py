@@ -14,10 +14,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from actors.contracts.results import TrialResult
-from actors.contracts.states import TrialStatus
+from actors.contracts.states import FailureClass, TrialStatus
 
 __all__ = ["EventKind", "Scheduled", "Started", "TrialRecorded", "Interrupted", "Reaped",
-           "DriverStarted", "LedgerEvent", "parse_event"]
+           "DriverStarted", "AttemptFailed", "LedgerEvent", "parse_event"]
 
 
 class EventKind(enum.StrEnum):
@@ -27,6 +27,7 @@ class EventKind(enum.StrEnum):
     INTERRUPTED = "interrupted"  # the driver stopped the sweep (Ctrl-C, SIGTERM)
     REAPED = "reaped"  # a later driver stopped what a dead one left running
     DRIVER = "driver"  # a driver took the sweep
+    ATTEMPT = "attempt"  # a trial's attempt failed for a transient reason: it runs again
 
 
 class _Event(BaseModel):
@@ -70,6 +71,17 @@ class Reaped(_Event):
     by: int | None = None
 
 
+class AttemptFailed(_Event):
+    """Not a result: the trial runs again (``failure.retries``); its final result follows."""
+
+    type: Literal[EventKind.ATTEMPT] = EventKind.ATTEMPT
+    key: str
+    attempt: int
+    reason: FailureClass
+    message: str = ""
+    host: dict[str, Any] = Field(default_factory=dict)  # where it ran (node id, host)
+
+
 class DriverStarted(_Event):
     type: Literal[EventKind.DRIVER] = EventKind.DRIVER
     pid: int
@@ -77,7 +89,7 @@ class DriverStarted(_Event):
 
 
 LedgerEvent = Annotated[Scheduled | Started | TrialRecorded | Interrupted | Reaped
-                        | DriverStarted, Field(discriminator="type")]
+                        | DriverStarted | AttemptFailed, Field(discriminator="type")]
 _ADAPTER: TypeAdapter[LedgerEvent] = TypeAdapter(LedgerEvent)
 
 

@@ -27,6 +27,7 @@ from actors.contracts.config import (
 )
 from actors.contracts.hardware import hardware_names
 from actors.contracts.shapes import preset_names
+from actors.contracts.states import FailureClass
 from actors.engines import adapter_names, get_adapter
 from orchestrator.errors import SpecError
 from orchestrator.spec.rules import EngineRules
@@ -71,6 +72,11 @@ class FailurePolicy(Frozen):
     # how long a trial may wait for a node while no other trial of the sweep holds one
     # (the room is then taken by something else, or a node is gone)
     place_timeout_s: float = Field(default=600, gt=0)
+    # a trial that failed for a transient reason (``retry_on``) runs again, up to
+    # ``retries`` more attempts, recorded as attempts of that one trial (one final result
+    # per trial key); a deterministic failure (an OOM of that exact config) never is
+    retries: int = Field(default=1, ge=0)
+    retry_on: list[FailureClass] = Field(default_factory=lambda: [FailureClass.NODE_LOST])
     # the phase deadlines of a trial (TrialExecution): the host's launch call, a liveness
     # check or the last observation, and the grace beyond a call's own timeout (startup,
     # level, stop) after which the call itself counts as hung

@@ -46,7 +46,8 @@ def test_trials_run_on_gpu_nodes_with_the_client_beside_the_server(cluster, tmp_
         assert len(r.host["gpu_ids"]) == r.config.tp
 
 
-def test_a_lost_node_fails_its_trial_and_the_sweep_goes_on(tmp_path, monkeypatch):
+def test_a_lost_nodes_trial_is_retried_on_another_node_and_the_sweep_goes_on(tmp_path,
+                                                                             monkeypatch):
     import json
     import threading
     import time
@@ -89,8 +90,12 @@ def test_a_lost_node_fails_its_trial_and_the_sweep_goes_on(tmp_path, monkeypatch
         ray.shutdown()
         c.shutdown()
     assert code == 0 and killed
-    results = Ledger.open("latest").results()
-    lost = results[killed[0]]
-    assert (lost.status.value, lost.reason) == ("failed", "node_lost")
-    other = [r for k, r in results.items() if k != killed[0]]
-    assert [r.status.value for r in other] == ["ok"]
+    ledger = Ledger.open("latest")
+    results = ledger.results()
+    (attempt,) = [e for e in ledger.events() if e.type == "attempt"]
+    assert (attempt.key, attempt.attempt, attempt.reason) == (killed[0], 1, "node_lost")
+    retried = results[killed[0]]  # failure.retries defaults to 1: a second attempt
+    assert (retried.status.value, retried.attempt) == ("ok", 2), retried.message
+    assert retried.host["node_id"] != attempt.host["node_id"]  # on the node still alive
+    assert [r.status.value for r in results.values()] == ["ok", "ok"]
+    assert [e.type for e in ledger.events()].count("trial") == 2  # one result per key

@@ -72,8 +72,9 @@ class StandInHost:
 
 
 class StandInLoadGen:
-    def __init__(self, raises: BaseException | None = None):
+    def __init__(self, raises: BaseException | None = None, dead: bool = False):
         self.raises = raises
+        self.dead = dead  # its node is gone: every call answers ActorDiedError
 
     def run_level(self, c: int, i: int) -> LevelResult:
         if self.raises is not None:
@@ -135,7 +136,7 @@ class TickCluster:
 
     def call(self, actor: Any, method: str, *args: Any) -> _Ref:
         ready = self.tick + self.slow.get(method, self.delay)
-        if method in self.lost:
+        if method in self.lost or getattr(actor, "dead", False):
             return _Ref(ready, error=ActorDiedError())
         try:
             return _Ref(ready, value=getattr(actor, method)(*args))
@@ -273,3 +274,51 @@ def test_an_illegal_phase_move_is_a_bug_that_raises(tmp_path):
     (trial,) = ctl.running.values()
     with pytest.raises(RuntimeError, match="no transition launch -> observe"):
         trial._enter(TrialPhase.OBSERVE, None)
+
+
+def test_a_lost_node_is_retried_as_a_second_attempt_of_the_same_trial(tmp_path):
+    ctl = controller(tmp_path, TickCluster(loadgens=[StandInLoadGen(dead=True)]),
+                     cuda_graphs=[True], profile=["vllm"])
+    while not ctl.done():
+        ctl.step()
+    (r,) = ctl.ledger.results().values()
+    assert (r.status, r.attempt) == (TrialStatus.OK, 2)
+    events = ctl.ledger.events()
+    attempts = [e for e in events if e.type == "attempt"]
+    assert [(e.attempt, e.reason) for e in attempts] == [(1, "node_lost")]
+    assert [e.type for e in events].count("trial") == 1  # one final result per key
+    assert ctl.trial_sets()["finished"] == {r.key}
+
+
+def test_retries_are_bounded_and_the_last_attempt_is_the_result(tmp_path):
+    ctl = controller(tmp_path, TickCluster(lost={"run_level"}), cuda_graphs=[True],
+                     profile=["vllm"])
+    while not ctl.done():
+        ctl.step()
+    (r,) = ctl.ledger.results().values()
+    assert (r.status, r.reason, r.attempt) == (TrialStatus.FAILED, "node_lost", 2)
+    assert [e.type for e in ctl.ledger.events()].count("attempt") == 1  # failure.retries=1
+
+
+def test_a_deterministic_failure_is_never_retried(tmp_path):
+    oom = StandInHost(fail={"wait_ready": FailureClass.STARTUP_OOM})
+    ctl = controller(tmp_path, TickCluster(hosts=[oom]), cuda_graphs=[True],
+                     profile=["vllm"])
+    while not ctl.done():
+        ctl.step()
+    (r,) = ctl.ledger.results().values()
+    assert (r.reason, r.attempt) == ("startup_oom", 1)
+    assert "attempt" not in [e.type for e in ctl.ledger.events()]
+
+
+def test_attempts_before_a_resume_count_against_the_retries(tmp_path):
+    first = controller(tmp_path, TickCluster(loadgens=[StandInLoadGen(dead=True)]),
+                       cuda_graphs=[True], profile=["vllm"])
+    while not first.running or all(t.attempt == 1 for t in first.running.values()):
+        first.step()  # attempt 1 lost its node; attempt 2 has started: now the driver dies
+    again = SweepController(first.spec, first.ledger, None, Progress(1, quiet=True),
+                            tick_s=0.0, cluster=TickCluster(lost={"run_level"}))
+    while not again.done():
+        again.step()
+    (r,) = again.ledger.results().values()
+    assert (r.status, r.reason, r.attempt) == (TrialStatus.FAILED, "node_lost", 2)
