@@ -21,7 +21,7 @@ import aiohttp
 from actors.loadgen.records import RequestRecord
 from actors.loadgen.sse import DONE, SSEParser
 
-__all__ = ["build_body", "stream_request", "StreamCounter"]
+__all__ = ["build_body", "stream_request", "StreamCounter", "chunk_text"]
 
 # The fast path: a chunk with a non-empty ``choices`` list and per-chunk usage. Inside a JSON
 # string a quote is escaped, so ``"completion_tokens":`` can only be a key.
@@ -46,7 +46,8 @@ def build_body(model: str, api: str, prompt: list[int] | str, output_tokens: int
     return body
 
 
-def _chunk_text(choice: dict[str, Any]) -> str:
+def chunk_text(choice: dict[str, Any]) -> str:
+    """The text a streamed choice carries (completions ``text``, chat ``delta``)."""
     if "text" in choice:
         return choice.get("text") or ""
     delta = choice.get("delta") or {}
@@ -150,7 +151,7 @@ class StreamCounter:
                 self.last_usage = usage["completion_tokens"]
             elif isinstance(ids, list):
                 k = len(ids)
-            elif _chunk_text(choice):
+            elif chunk_text(choice):
                 k = 1
                 rec.counts_known = False
         if usage:

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from actors.loadgen.client import chunk_text
 from actors.loadgen.records import RequestRecord, StreamProof
 from actors.loadgen.sse import DONE, SSEParser
 
@@ -78,13 +79,6 @@ def _payloads(body: list[tuple[bool, bytes]]) -> Iterator[bytes]:
             pos = nl + 4 + size
 
 
-def _text(choice: dict[str, Any]) -> str:
-    if "text" in choice:
-        return choice.get("text") or ""
-    delta = choice.get("delta") or {}
-    return delta.get("content") or delta.get("reasoning_content") or ""
-
-
 def prove(rec: RequestRecord, tokenizer: Any | None = None) -> StreamProof:
     """Count ``rec``'s response from its kept body (then dropped) by every source.
 
@@ -116,7 +110,7 @@ def prove(rec: RequestRecord, tokenizer: Any | None = None) -> StreamProof:
                 proof.final_prompt = usage.get("prompt_tokens")
             continue
         choice = choices[0] if isinstance(choices[0], dict) else {}
-        text = _text(choice)
+        text = chunk_text(choice)
         chunk_ids = choice.get("token_ids")
         if not text and not chunk_ids:
             continue  # a role-only or empty chunk carries no token
