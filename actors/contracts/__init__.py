@@ -6,6 +6,8 @@ the project (checked by tests/unit/test_layers.py).
   checks, handed in through validation's context).
 - ``results``: ``LevelResult`` (and its metrics, rounds, server observation, client
   health), ``TrialResult``, ``TrialStatus``, ``Capacity``.
+- ``applied``: ``AppliedConfig``, what a server reports it runs with (common fields in
+  one vocabulary, engine-specific ``facts``), read by its adapter.
 - ``kv``: ``KvPool``, the KV cache pool a server's log states (``EngineAdapter.kv_pool``).
 - ``hardware``: the accelerator catalog (``hardware.yaml``, plus a user file).
 - ``shapes``: model shapes (presets, or a model's ``config.json``).

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from actors.contracts.applied import AppliedConfig
 from actors.contracts.states import FailureClass
 
 __all__ = ["LaunchInfo", "Readiness", "Observation", "StopResult"]
@@ -42,7 +43,7 @@ class Readiness(_Message):
 
     base_url: str | None = None
     startup_s: float | None = None
-    applied: dict[str, Any] = Field(default_factory=dict)
+    applied: AppliedConfig = Field(default_factory=AppliedConfig)
     mismatches: list[str] = Field(default_factory=list)  # requested vs applied, spelled out
     events: list[dict[str, Any]] = Field(default_factory=list)
     failure: FailureClass | None = None

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from actors.contracts.applied import AppliedConfig
 from actors.contracts.config import TrialConfig
 from actors.contracts.states import (
     INVALID_LEVEL,
@@ -139,7 +140,7 @@ class TrialResult(BaseModel):
     capacity: Capacity | None = None
     startup_s: float | None = None
     wall_s: float | None = None
-    applied: dict[str, Any] = Field(default_factory=dict)
+    applied: AppliedConfig = Field(default_factory=AppliedConfig)
     versions: dict[str, str] = Field(default_factory=dict)
     host: dict[str, Any] = Field(default_factory=dict)  # node, gpu ids, argv (redacted), pid
     hardware: str = ""

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from actors.contracts.applied import AppliedConfig
 from actors.contracts.config import (
     LaunchOptions,
     ModelSpec,
@@ -337,9 +338,10 @@ class EngineAdapter(abc.ABC):
     def parse_metrics(self, text: str, t: float) -> MetricsSample:
         return MetricsSample(t=t)
 
-    def applied(self, events: list[LogEvent]) -> dict[str, Any]:
-        """Settings the server reports it applied, folded from its log events."""
-        return {}
+    def applied(self, events: list[LogEvent]) -> AppliedConfig:
+        """Settings the server reports it applied, folded from its log events: the common
+        fields in servesweep's vocabulary, everything else as ``facts``."""
+        return AppliedConfig()
 
     def admission_for(self, trial: TrialConfig) -> str:
         """The admission policy this trial's server uses (for the capacity check)."""
@@ -358,7 +360,7 @@ class EngineAdapter(abc.ABC):
         a block size the caller knows (it wins, with source "given")."""
         return None
 
-    def verify(self, trial: TrialConfig, applied: dict[str, Any]) -> list[str]:
+    def verify(self, trial: TrialConfig, applied: AppliedConfig) -> list[str]:
         """Mismatches between ``trial`` and the applied settings read from the server."""
         return []
 

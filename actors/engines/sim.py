@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
+from actors.contracts.applied import AppliedConfig
 from actors.contracts.config import SpaceEntry, TrialConfig
 from actors.contracts.hardware import get_hardware
 from actors.contracts.kv import KvPool
@@ -165,7 +166,7 @@ class SimAdapter(EngineAdapter):
     def parse_metrics(self, text: str, t: float) -> MetricsSample:
         return parse_vllm_metrics(text, t)
 
-    def applied(self, events: list[LogEvent]) -> dict[str, Any]:
+    def applied(self, events: list[LogEvent]) -> AppliedConfig:
         applied = applied_from_events(events)
         for ev in events:
             if ev.kind == "sim_header":
@@ -176,7 +177,7 @@ class SimAdapter(EngineAdapter):
                 applied["max_model_len"] = int(ev.data["max_seq_len"])
             elif ev.kind == "limits":  # trtllm profile
                 applied["max_model_len"] = int(ev.data["max_seq_len"])
-        return applied
+        return AppliedConfig.from_facts(applied)
 
     def kv_pool(self, events: list[LogEvent], metrics_sample: MetricsSample | None = None,
                 trial: TrialConfig | None = None, *,
@@ -198,7 +199,7 @@ class SimAdapter(EngineAdapter):
         found = {ev.data.get("failure") for ev in events if ev.kind == "fatal"}
         return next((f for f in _FATAL_ORDER if f in found), "startup_crash")
 
-    def verify(self, trial: TrialConfig, applied: dict[str, Any]) -> list[str]:
+    def verify(self, trial: TrialConfig, applied: AppliedConfig) -> list[str]:
         want = {"profile": self._profile(trial), "tp": trial.tp, "weights": trial.weights,
                 "kv_dtype": trial.kv_dtype, "cuda_graphs": trial.cuda_graphs}
         return [f"{k}: requested {v!r}, server reports {applied.get(k)!r}"

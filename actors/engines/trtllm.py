@@ -29,10 +29,10 @@ an FP8 checkpoint, and a local checkpoint that disagrees is refused before launc
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydantic import field_validator
 
+from actors.contracts.applied import AppliedConfig
 from actors.contracts.config import SpaceEntry, TrialConfig
 from actors.contracts.hardware import Hardware, get_hardware
 from actors.contracts.kv import KvPool
@@ -103,7 +103,7 @@ def fp8_unsupported(trial: TrialConfig, hw: Hardware) -> str | None:
     return None
 
 
-def _layout_hint(applied: dict[str, Any]) -> str | None:
+def _layout_hint(applied: AppliedConfig) -> str | None:
     version = applied.get("version")
     mm = version_mm(version) if version else None
     if mm is None:
@@ -215,8 +215,8 @@ class TrtllmAdapter(EngineAdapter):
     def parse_metrics(self, text: str, t: float) -> MetricsSample:
         return parse_trtllm_metrics(text, t)
 
-    def applied(self, events: list[LogEvent]) -> dict[str, Any]:
-        return applied_from_trtllm_events(events)
+    def applied(self, events: list[LogEvent]) -> AppliedConfig:
+        return AppliedConfig.from_facts(applied_from_trtllm_events(events))
 
     def default_block_size(self, device: str) -> int | None:
         return DEFAULT_TOKENS_PER_BLOCK
@@ -229,9 +229,9 @@ class TrtllmAdapter(EngineAdapter):
         return trtllm_kv_pool(events, admission, metrics_sample, block_size,
                               int(requested) if requested else None)
 
-    def verify(self, trial: TrialConfig, applied: dict[str, Any]) -> list[str]:
+    def verify(self, trial: TrialConfig, applied: AppliedConfig) -> list[str]:
         problems = []
-        on, off = graphs_evidence(applied)
+        on, off = graphs_evidence(applied.flat())
         if trial.cuda_graphs:
             if applied.get("use_cuda_graph") is False:
                 problems.append("cuda_graphs: requested on, the server reports "
@@ -248,7 +248,7 @@ class TrtllmAdapter(EngineAdapter):
                 pad = bool(trial.extras.get("cuda_graph_padding", True))
                 if applied.get("graph_padding") not in (None, pad):
                     problems.append(f"cuda_graph_padding: requested {pad}, server reports "
-                                    f"{applied['graph_padding']}")
+                                    f"{applied.get('graph_padding')}")
         elif on:
             problems.append(f"cuda_graphs: requested off, the server reports {', '.join(on)}")
         got_kv = applied.get("kv_dtype")

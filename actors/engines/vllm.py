@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from pydantic import field_validator
 
+from actors.contracts.applied import AppliedConfig
 from actors.contracts.config import TrialConfig
 from actors.contracts.hardware import get_hardware
 from actors.contracts.kv import KvPool
@@ -261,7 +262,7 @@ class VllmAdapter(EngineAdapter):
     def parse_metrics(self, text: str, t: float) -> MetricsSample:
         return parse_vllm_metrics(text, t)
 
-    def applied(self, events: list[LogEvent]) -> dict[str, Any]:
+    def applied(self, events: list[LogEvent]) -> AppliedConfig:
         """Settings from the log; ``block_size`` and ``kv_pool_blocks`` as ``kv_pool`` says."""
         applied = applied_from_events(events)
         for ev in events:
@@ -287,7 +288,7 @@ class VllmAdapter(EngineAdapter):
                            kv_pool_blocks=pool.blocks)
         elif "block_size" in applied:
             applied["block_size_source"] = "the log's --block-size"
-        return applied
+        return AppliedConfig.from_facts(applied)
 
     def default_block_size(self, device: str) -> int | None:
         return DEFAULT_BLOCK_SIZE.get(device.upper())
@@ -298,10 +299,10 @@ class VllmAdapter(EngineAdapter):
         admission = self.admission_for(trial) if trial is not None else self.admission
         return vllm_kv_pool(events, admission, metrics_sample, block_size)
 
-    def verify(self, trial: TrialConfig, applied: dict[str, Any]) -> list[str]:
+    def verify(self, trial: TrialConfig, applied: AppliedConfig) -> list[str]:
         """Every requested setting the server's log contradicts or does not confirm."""
         out: list[str] = []
-        if "dtype" not in applied:
+        if applied.get("dtype") is None:
             return ["engine config: no 'Initializing a V1 LLM engine ... with config:' line in "
                     "the server log, so nothing requested can be confirmed"]
 

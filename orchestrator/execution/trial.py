@@ -22,6 +22,7 @@ from typing import Any
 
 from ray.exceptions import GetTimeoutError, RayError
 
+from actors.contracts.applied import AppliedConfig
 from actors.contracts.messages import LaunchInfo, Observation, Readiness, StopResult
 from actors.contracts.results import Capacity, LevelResult, TrialResult
 from actors.contracts.shapes import ModelShape
@@ -271,7 +272,7 @@ class TrialExecution:
         status, reason, message = verdicts.final_status(self.failure, self.levels,
                                                         self.capacity, self.note)
         applied = self.ready.applied
-        versions = {"engine": str(applied.get("version", "unknown")), "servesweep": _version()}
+        versions = {"engine": applied.version or "unknown", "servesweep": _version()}
         host: dict[str, Any] = self.launch_info.model_dump(
             include={"host", "node_ip", "node_id", "gpu_ids", "argv", "pid"})
         self.result = TrialResult(
@@ -301,7 +302,7 @@ class TrialExecution:
                 self.log_tail = "\n".join(text.splitlines()[-60:])
 
     # -- capacity ---------------------------------------------------------------------------
-    def _capacity(self, applied: dict[str, Any], events: list[dict[str, Any]]) -> Capacity:
+    def _capacity(self, applied: AppliedConfig, events: list[dict[str, Any]]) -> Capacity:
         """The KV pool the server reported, what it implies for one request, and whether
         the server's max model length (its log, else the trial's ``max_model_len``) admits
         a request at all: when prompt + output exceed it, ``rejects_requests`` and ``note``
@@ -332,11 +333,11 @@ class TrialExecution:
                         max_model_len=max_len, rejects_requests=rejection is not None,
                         note=rejection or "", sources=sources)
 
-    def _max_model_len(self, applied: dict[str, Any]) -> tuple[int | None, str | None]:
+    def _max_model_len(self, applied: AppliedConfig) -> tuple[int | None, str | None]:
         """The server's max model length and where it came from: the applied config read
         from its log, else what the trial asked for; (None, None) when neither says."""
-        if applied.get("max_model_len"):
-            return int(applied["max_model_len"]), "log: max model length"
+        if applied.max_model_len:
+            return applied.max_model_len, "log: max model length"
         if self.cfg.max_model_len:
             return self.cfg.max_model_len, "trial config: max_model_len"
         return None, None

@@ -51,7 +51,7 @@ def test_sweep_completes_with_results_in_the_ledger(sweep):
             assert lv.count_mismatches == 0 and not lv.errors
             assert lv.metrics.output_tok_s > 0 and lv.metrics.ttft_p50_ms > 0
             assert lv.client.shards == min(2, lv.concurrency)
-        assert r.applied["cuda_graphs"] is True
+        assert r.applied.cuda_graphs is True
         assert r.capacity is not None and r.capacity.pool_blocks > 0
         # both profiles' logs state the max model length: 64 + 16 tokens, which fits
         assert (r.capacity.max_model_len, r.capacity.rejects_requests) == (80, False)

@@ -77,7 +77,7 @@ def test_trtllm_serve_runs_what_was_asked(tmp_path: Path, cuda_graphs: bool) -> 
         ready = host.wait_ready(1200)
         assert "failure" not in ready, f"{ready.get('message')}\n{ready.get('log_tail')}"
         applied = ready.applied
-        assert ready.mismatches == [] and applied["cuda_graphs"] is cuda_graphs
+        assert ready.mismatches == [] and applied.cuda_graphs is cuda_graphs
         assert applied.get("kv_pool_tokens", 0) > 0 and applied.get("block_size", 0) > 0
         out = _post(ready.base_url + "/v1/completions",
                     {"model": model, "prompt": "Hello", "max_tokens": 32, "min_tokens": 32,
@@ -85,7 +85,7 @@ def test_trtllm_serve_runs_what_was_asked(tmp_path: Path, cuda_graphs: bool) -> 
         assert out["usage"]["completion_tokens"] == 32
         with urllib.request.urlopen(ready.base_url + "/metrics", timeout=30) as resp:
             sample = get_adapter("trtllm").parse_metrics(resp.read().decode(), 0.0)
-        assert sample.block_size in (None, applied["block_size"])  # the queue may be drained
+        assert sample.block_size in (None, applied.block_size)  # the queue may be drained
     finally:
         stopped = host.stop(60)
     assert stopped.leftovers == [], stopped

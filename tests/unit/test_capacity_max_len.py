@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.contracts.applied import AppliedConfig
 from actors.engines import get_adapter
 from orchestrator.execution.cluster import RayCluster
 from orchestrator.execution.trial import TrialExecution
@@ -92,10 +93,10 @@ def test_trial_capacity_reads_trtllm_max_seq_len():
 
 
 def test_trial_capacity_falls_back_to_the_trial_config():
-    cap = trial("vllm", 3000, 256, max_model_len=4096)._capacity({}, [])
+    cap = trial("vllm", 3000, 256, max_model_len=4096)._capacity(AppliedConfig(), [])
     assert (cap.max_model_len, cap.rejects_requests) == (4096, False)
     assert "trial config: max_model_len" in cap.sources
-    cap = trial("vllm", 3000, 256)._capacity({}, [])
+    cap = trial("vllm", 3000, 256)._capacity(AppliedConfig(), [])
     assert (cap.max_model_len, cap.rejects_requests) == (None, False)
 
 
@@ -105,7 +106,7 @@ def test_sim_reports_its_max_model_len():
     line = ("(EngineCore pid=1) INFO 11-30 12:00:00 [core.py:1] Initializing a V1 LLM engine "
             "(v0.26.0-sim) with config: model='llama', dtype=torch.bfloat16, max_seq_len=80, "
             "tensor_parallel_size=1, quantization=None, enforce_eager=False, kv_cache_dtype=auto")
-    assert sim.applied(sim.parse_log_line(line))["max_model_len"] == 80
+    assert sim.applied(sim.parse_log_line(line)).max_model_len == 80
     trt = "[TRT-LLM] [I] max_seq_len=80, max_num_requests=8, max_num_tokens=8192, max_batch_size=8"
-    assert sim.applied(sim.parse_log_line(trt))["max_model_len"] == 80
-    assert not t._capacity({"max_model_len": 80}, []).rejects_requests
+    assert sim.applied(sim.parse_log_line(trt)).max_model_len == 80
+    assert not t._capacity(AppliedConfig(max_model_len=80), []).rejects_requests

