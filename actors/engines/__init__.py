@@ -1,4 +1,13 @@
-"""Engine adapters: one module per engine, registered by name."""
+"""Engine adapters: one module per engine, registered by name.
+
+- ``base``: ``EngineAdapter`` (its docstring is the contract), ``LaunchContext``,
+  ``LaunchPlan``, ``LogEvent``, ``MetricsSample``.
+- ``extras``: ``Extras`` and the union of every engine's extras, discriminated on
+  ``engine`` (``parse_extras``, ``check_extras``).
+- ``registry``: adapters by engine name.
+- ``vllm`` (+ ``vllm_log``), ``trtllm`` (+ ``trtllm_log``, ``trtllm_options``), ``sim``,
+  ``external``: one adapter each.
+"""
 
 from actors.engines.base import (
     EngineAdapter,

@@ -10,14 +10,11 @@ method can be unit-tested on strings.
 from __future__ import annotations
 
 import abc
-import itertools
 import re
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from actors.contracts.applied import AppliedConfig
 from actors.contracts.config import (
@@ -29,6 +26,7 @@ from actors.contracts.config import (
     Workload,
 )
 from actors.contracts.kv import KvPool
+from actors.engines.extras import Extras, check_extras, parse_extras
 
 __all__ = ["EngineAdapter", "Extras", "LaunchContext", "LaunchPlan", "LogEvent", "MetricsSample",
            "last_event", "nonce_alias", "parse_prometheus", "redact"]
@@ -140,23 +138,6 @@ def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]
     return out
 
 
-class Extras(BaseModel):
-    """Base of an adapter's ``extras_model``: frozen, unknown keys refused, types strict
-    (an int option takes no bool or string, a float option takes an int). Every field
-    is optional (``None``: not set); a field validator may refuse a value with a
-    ``ValueError`` whose text completes the sentence ``extras.<key> ...``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-
-def _type_name(annotation: Any) -> str:
-    """``int | None`` -> "int"; ``int | str | None`` -> "int or str"."""
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        names = [_type_name(a) for a in typing.get_args(annotation) if a is not type(None)]
-        return " or ".join(names)
-    return getattr(annotation, "__name__", str(annotation))
-
-
 class EngineAdapter(abc.ABC):
     """Contract for one engine. Subclasses register with ``@register``.
 
@@ -164,8 +145,9 @@ class EngineAdapter(abc.ABC):
 
     - ``build_launch`` returns an argv list and env that start exactly one server
       for the trial, bound to ``ctx.launch.host``; typed, allow-listed extras only
-      (``check_space`` validates every combination of an entry's extras through
-      ``extras_model`` when the spec is loaded, before anything starts). Secrets go
+      (``check_space`` types every combination of an entry's extras through the
+      union of the engines' ``extras_model``s when the spec is loaded, before anything
+      starts; ``extras(trial)`` gives them typed). Secrets go
       only into ``LaunchPlan.env`` / ``api_key``.
     - ``parse_log_line`` is pure and total: any line gives zero or more events,
       never an exception. Events the host relies on: ``listening`` (``port``),
@@ -243,7 +225,7 @@ class EngineAdapter(abc.ABC):
     #: "preempt_recompute" or "guaranteed_no_evict": how the engine admits requests.
     admission: ClassVar[str] = "preempt_recompute"
     #: Allowed ``extras`` keys, their types and rules (a frozen, strict ``Extras`` model).
-    extras_model: ClassVar[type[BaseModel]] = Extras
+    extras_model: ClassVar[type[Extras]]
     #: False for endpoints servesweep does not start (``external``).
     launches_process: ClassVar[bool] = True
     #: Whether the server honours ``stream_options.continuous_usage_stats`` (usage in every
@@ -273,36 +255,13 @@ class EngineAdapter(abc.ABC):
     # -- the space and the plan -------------------------------------------------------------
     def check_space(self, entry: SpaceEntry) -> None:
         """Raise ValueError naming the field when a space entry cannot apply to this engine."""
-        self.check_extras(entry.extras)
+        check_extras(self.name, entry.extras)
         if any(p is not None for p in entry.profile):
             raise ValueError(f"profile applies to engine 'sim' only, not {self.name!r}")
 
-    def check_extras(self, extras: dict[str, list[Any]]) -> None:
-        """Validate every combination of the entry's extras through ``extras_model``;
-        pydantic's first error becomes one sentence naming ``extras.<key>``."""
-        keys = sorted(extras)
-        for combo in itertools.product(*(extras[k] for k in keys)):
-            try:
-                self.extras_model.model_validate(dict(zip(keys, combo)))
-            except ValidationError as err:
-                raise self._extras_error(err) from None
-
-    def _extras_error(self, err: ValidationError) -> ValueError:
-        errors = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
-        e = errors[0]
-        key = ".".join(str(part) for part in e["loc"]) or "?"
-        fields = self.extras_model.model_fields
-        if e["type"] == "extra_forbidden":
-            allowed = ", ".join(sorted(fields)) or "none"
-            return ValueError(f"extras.{key} is not an option of engine {self.name!r} "
-                              f"(allowed: {allowed})")
-        if e["type"] == "value_error":  # a field validator's own sentence
-            return ValueError(f"extras.{key} {e['msg'].removeprefix('Value error, ')}")
-        if e["type"].endswith("_type") and key in fields:
-            return ValueError(f"extras.{key} must be {_type_name(fields[key].annotation)}, "
-                              f"got {e['input']!r}")
-        return ValueError(f"extras.{key}: {e['msg'][:1].lower()}{e['msg'][1:]}, "
-                          f"got {e['input']!r}")
+    def extras(self, trial: TrialConfig) -> Extras:
+        """``trial.extras`` typed by ``extras_model`` (``actors.engines.extras``)."""
+        return parse_extras(self.name, trial.extras)
 
     def infeasible(self, trial: TrialConfig, hardware: str) -> str | None:
         """A reason this engine cannot run ``trial`` on ``hardware``, or None."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from actors.contracts.config import SpaceEntry, TrialConfig
 from actors.engines.base import EngineAdapter, Extras, LaunchContext, LaunchPlan, MetricsSample
@@ -15,6 +16,7 @@ __all__ = ["ExternalAdapter", "ExternalExtras"]
 class ExternalExtras(Extras):
     """``label``: a name for the endpoint (it only labels the trial)."""
 
+    engine: Literal["external"] = "external"
     label: str | None = None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
@@ -24,6 +24,7 @@ from actors.engines.base import (
     last_event,
     nonce_alias,
 )
+from actors.engines.extras import check_extras
 from actors.engines.registry import register
 from actors.engines.trtllm import fp8_unsupported
 from actors.engines.trtllm_log import parse_trtllm_line, trtllm_kv_pool
@@ -59,6 +60,7 @@ _FATAL_ORDER = ("startup_oom", "port_in_use", "startup_crash")
 class SimExtras(Extras):
     """The sim's extras: an injected ``fault`` and step-time ``jitter``."""
 
+    engine: Literal["sim"] = "sim"
     fault: str | None = None
     jitter: float | None = Field(default=None, ge=0, lt=0.5)
 
@@ -100,7 +102,7 @@ class SimAdapter(EngineAdapter):
             if p is not None and p not in PROFILES:
                 raise ValueError(f"profile {p!r} is not a sim profile; use one of "
                                  f"{', '.join(sorted(PROFILES))}")
-        self.check_extras(entry.extras)
+        check_extras(self.name, entry.extras)
 
     def infeasible(self, trial: TrialConfig, hardware: str) -> str | None:
         # the trtllm profile imitates TensorRT-LLM's precision limits too
@@ -126,14 +128,15 @@ class SimAdapter(EngineAdapter):
     def server_config(self, trial: TrialConfig, ctx: LaunchContext) -> SimServerConfig:
         shape = load_shape(ctx.model.preset, ctx.model.path)
         settings = sim_settings(trial)
+        ex = SimExtras.of(trial.extras)
         return SimServerConfig(
             profile=self._profile(trial), hardware=ctx.hardware, shape=shape,
             settings=settings, served_name=self.served_model_name(ctx),
             aliases=[a for a in (self.identity_name(ctx),) if a],
             max_model_len=trial.max_model_len or ctx.workload.request_tokens,
             time_scale=ctx.sim.time_scale, seed=ctx.sim.seed,
-            jitter=float(trial.extras.get("jitter", 0.005)),
-            fault=parse_fault(str(trial.extras.get("fault", "")) or None),
+            jitter=0.005 if ex.jitter is None else ex.jitter,
+            fault=parse_fault(ex.fault),
             host=ctx.launch.host, port=ctx.port,
             stats_interval_s=max(1.0, 10.0 * ctx.sim.time_scale),
             stream_interval=ctx.sim.chunk_tokens(),

@@ -29,6 +29,7 @@ an FP8 checkpoint, and a local checkpoint that disagrees is refused before launc
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import field_validator
 
@@ -77,6 +78,7 @@ class TrtllmExtras(Extras):
     """TensorRT-LLM's extras (see ``TrtllmAdapter``); the policies a release accepts are
     checked against that release in ``check_space``."""
 
+    engine: Literal["trtllm"] = "trtllm"
     capacity_scheduler_policy: str | None = None
     enable_block_reuse: bool | None = None
     enable_chunked_prefill: bool | None = None
@@ -171,12 +173,12 @@ class TrtllmAdapter(EngineAdapter):
         if not trial.cuda_graphs:  # else the same eager server would run under several keys
             if trial.graph_max_batch is not None:
                 return "graph_max_batch applies only with cuda_graphs: true"
-            if "cuda_graph_padding" in trial.extras:
+            if TrtllmExtras.of(trial.extras).cuda_graph_padding is not None:
                 return "extras.cuda_graph_padding applies only with cuda_graphs: true"
         return fp8_unsupported(trial, hw)
 
     def admission_for(self, trial: TrialConfig) -> str:
-        policy = str(trial.extras.get("capacity_scheduler_policy", "GUARANTEED_NO_EVICT"))
+        policy = TrtllmExtras.of(trial.extras).capacity_scheduler_policy or "GUARANTEED_NO_EVICT"
         return "preempt_recompute" if policy == "MAX_UTILIZATION" else "guaranteed_no_evict"
 
     def limits(self, trial: TrialConfig, ctx: LaunchContext) -> tuple[int, int, int]:
@@ -225,9 +227,8 @@ class TrtllmAdapter(EngineAdapter):
                 trial: TrialConfig | None = None, *,
                 block_size: int | None = None) -> KvPool | None:
         admission = self.admission_for(trial) if trial is not None else self.admission
-        requested = trial.extras.get("tokens_per_block") if trial is not None else None
-        return trtllm_kv_pool(events, admission, metrics_sample, block_size,
-                              int(requested) if requested else None)
+        requested = TrtllmExtras.of(trial.extras).tokens_per_block if trial is not None else None
+        return trtllm_kv_pool(events, admission, metrics_sample, block_size, requested)
 
     def verify(self, trial: TrialConfig, applied: AppliedConfig) -> list[str]:
         problems = []
@@ -245,7 +246,7 @@ class TrtllmAdapter(EngineAdapter):
                 got = applied.get("graph_max_batch")
                 if got is not None and got != want:
                     problems.append(f"graph_max_batch: requested {want}, server reports {got}")
-                pad = bool(trial.extras.get("cuda_graph_padding", True))
+                pad = TrtllmExtras.of(trial.extras).cuda_graph_padding is not False
                 if applied.get("graph_padding") not in (None, pad):
                     problems.append(f"cuda_graph_padding: requested {pad}, server reports "
                                     f"{applied.get('graph_padding')}")

@@ -21,7 +21,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import field_validator
 
@@ -116,6 +116,7 @@ def _flag(name: str) -> str:
 class VllmExtras(Extras):
     """vLLM's extras (see ``VllmAdapter``); the int options other than ``seed`` are > 0."""
 
+    engine: Literal["vllm"] = "vllm"
     torch_compile: bool | None = None
     num_gpu_blocks_override: int | None = None
     block_size: int | None = None
@@ -180,7 +181,8 @@ class VllmAdapter(EngineAdapter):
 
     def infeasible(self, trial: TrialConfig, hardware: str) -> str | None:
         hw = get_hardware(hardware)
-        compile_ = trial.extras.get("torch_compile")
+        ex = VllmExtras.of(trial.extras)
+        compile_ = ex.torch_compile
         if trial.graph_max_batch is not None and not trial.cuda_graphs:
             return "graph_max_batch applies only with cuda_graphs: true"
         if compile_ is not None and trial.cuda_graphs:
@@ -199,12 +201,13 @@ class VllmAdapter(EngineAdapter):
         if trial.weights == "nvfp4" and not hw.supports("nvfp4"):
             return (f"NVFP4 weights need compute capability 10.0+; {hw.name} is "
                     f"{hw.compute_capability}")
-        if "cpu_kvcache_space_gib" in trial.extras:
+        if ex.cpu_kvcache_space_gib is not None:
             return "extras.cpu_kvcache_space_gib applies to hardware: cpu only"
         return None
 
     def build_launch(self, trial: TrialConfig, ctx: LaunchContext) -> LaunchPlan:
         on_cpu = get_hardware(ctx.hardware).kind == "cpu"
+        ex = VllmExtras.of(trial.extras)
         model = local_path(ctx.model.path or "")
         served = self.served_model_name(ctx)  # what the client asks for
         if ctx.launch.executable:
@@ -225,7 +228,7 @@ class VllmAdapter(EngineAdapter):
         if trial.cuda_graphs:
             if trial.graph_max_batch is not None:
                 argv += ["--max-cudagraph-capture-size", str(trial.graph_max_batch)]
-        elif not trial.extras.get("torch_compile", False):
+        elif not ex.torch_compile:
             argv += ["--enforce-eager"]
         elif not on_cpu:
             argv += ["--compilation-config", json.dumps({"cudagraph_mode": "NONE"})]
@@ -235,20 +238,20 @@ class VllmAdapter(EngineAdapter):
                 argv += [_flag(name), str(value)]
         argv += ["--max-model-len", str(trial.max_model_len or ctx.workload.request_tokens),
                  "--gpu-memory-utilization", str(trial.gpu_memory_fraction)]
+        opts = ex.options()
         for key in self._INT_FLAGS:
-            if key in trial.extras:
-                argv += [_flag(key), str(trial.extras[key])]
+            if key in opts:
+                argv += [_flag(key), str(opts[key])]
         for key in self._BOOL_FLAGS:
-            if key in trial.extras:
-                argv += [_flag(key) if trial.extras[key] else "--no-" + _flag(key)[2:]]
-        if "attention_backend" in trial.extras:
-            argv += ["--attention-backend", str(trial.extras["attention_backend"])]
+            if key in opts:
+                argv += [_flag(key) if opts[key] else "--no-" + _flag(key)[2:]]
+        if ex.attention_backend is not None:
+            argv += ["--attention-backend", ex.attention_backend]
         env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                "DO_NOT_TRACK": "1", "VLLM_CACHE_ROOT": _cache_root(ctx.trial_dir),
                "PYTHONUNBUFFERED": "1"}
         if on_cpu:
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(trial.extras.get("cpu_kvcache_space_gib",
-                                                                 DEFAULT_CPU_KV_GIB))
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(ex.cpu_kvcache_space_gib or DEFAULT_CPU_KV_GIB)
         env.update(ctx.launch.env)  # the user's (secrets included): env only, never argv
         return LaunchPlan(argv=argv, env=env, port=ctx.port)
 
@@ -330,7 +333,8 @@ class VllmAdapter(EngineAdapter):
                 and not applied.get("graphs_captured"):
             out.append("cuda_graphs: requested True, but the log has no 'Graph capturing "
                        "finished' line (no graph was captured)")
-        want_compile = trial.cuda_graphs or bool(trial.extras.get("torch_compile", False))
+        ex = VllmExtras.of(trial.extras)
+        want_compile = trial.cuda_graphs or bool(ex.torch_compile)
         check("torch_compile", want_compile, applied.get("torch_compile"))
         if trial.cuda_graphs and trial.graph_max_batch is not None:
             check("graph_max_batch", trial.graph_max_batch, applied.get("graph_max_batch"))
@@ -339,13 +343,13 @@ class VllmAdapter(EngineAdapter):
             want = getattr(trial, field)
             if want is not None:
                 check(field, want, applied.get(key))
-        if "num_gpu_blocks_override" in trial.extras:
-            check("extras.num_gpu_blocks_override", trial.extras["num_gpu_blocks_override"],
-                  applied.get("kv_pool_blocks"))
-        if "block_size" in trial.extras:
-            check("extras.block_size", trial.extras["block_size"], applied.get("block_size"))
-        if "cpu_kvcache_space_gib" in trial.extras:
-            check("extras.cpu_kvcache_space_gib", float(trial.extras["cpu_kvcache_space_gib"]),
+        if ex.num_gpu_blocks_override is not None:
+            check("extras.num_gpu_blocks_override", ex.num_gpu_blocks_override,
+                  applied.kv_pool_blocks)
+        if ex.block_size is not None:
+            check("extras.block_size", ex.block_size, applied.block_size)
+        if ex.cpu_kvcache_space_gib is not None:
+            check("extras.cpu_kvcache_space_gib", float(ex.cpu_kvcache_space_gib),
                   applied.get("cpu_kv_space_gib"))
         if not applied.get("kv_pool_tokens"):
             out.append("KV pool: the log has no 'KV cache size: N tokens' line")

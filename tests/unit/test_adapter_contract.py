@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from pydantic import BaseModel
 
 from actors.contracts.config import LaunchOptions, ModelSpec, TrialConfig, Workload, resolve_env
 from actors.contracts.kv import KvPool
 from actors.engines import EngineAdapter, LaunchContext, LaunchPlan, LogEvent, get_adapter
 from actors.engines.base import redact
+from actors.engines.extras import Extras, check_extras, extras_union
 from actors.engines.sim import SimAdapter
 from actors.sim.startup_log import oom_lines, startup_lines
 from tests.conftest import FIXTURES
@@ -105,28 +105,40 @@ class AdapterContract:
         assert a.startup_estimate_s(self.trial(), "gpu") > 0
         assert (a.kv_pool_hint is None) == (not a.launches_process)
 
-    def test_extras_model_is_frozen_strict_and_all_optional(self):
+    def test_extras_model_is_frozen_strict_all_optional_and_tagged(self):
         model = self.adapter.extras_model
-        assert issubclass(model, BaseModel)
+        assert issubclass(model, Extras) and model.engine_name == self.engine
         cfg = model.model_config
         assert cfg.get("frozen") and cfg.get("extra") == "forbid" and cfg.get("strict")
-        for key, f in model.model_fields.items():
+        for key, f in self.options().items():
             assert not f.is_required() and f.default is None, f"extras.{key} must be optional"
-        assert model.model_validate({}) is not None
+        typed = self.adapter.extras(self.trial())
+        assert isinstance(typed, model) and typed.options() == {}
+
+    def test_the_union_picks_this_engines_model_by_its_tag(self):
+        typed = extras_union().validate_python({"engine": self.engine})
+        assert type(typed) is self.adapter.extras_model
+        with pytest.raises(ValueError, match="extras.engine is not an option"):
+            check_extras(self.engine, {"engine": [self.engine]})
 
     def test_unknown_extras_are_refused_naming_the_allowed(self):
         with pytest.raises(ValueError) as exc:
-            self.adapter.check_extras({"no_such_option": [1]})
+            check_extras(self.engine, {"no_such_option": [1]})
         msg = str(exc.value)
         assert f"extras.no_such_option is not an option of engine {self.engine!r}" in msg
-        for key in self.adapter.extras_model.model_fields:
+        for key in self.options():
             assert key in msg
+        assert "engine," not in msg and not msg.endswith("engine)")
 
     def test_mistyped_extras_name_the_field_and_its_type(self):
-        for key, f in self.adapter.extras_model.model_fields.items():
+        for key, f in self.options().items():
             wrong = 3 if "str" in str(f.annotation) else "not-a-value"
             with pytest.raises(ValueError, match=rf"^extras\.{key} must be \w+"):
-                self.adapter.check_extras({key: [wrong]})
+                check_extras(self.engine, {key: [wrong]})
+
+    def options(self) -> dict:
+        """The model's options (its fields but the ``engine`` tag)."""
+        return {k: f for k, f in self.adapter.extras_model.model_fields.items() if k != "engine"}
 
     # -- launching --------------------------------------------------------------------------
     def test_build_launch_is_an_argv_list_bound_to_the_host(self, tmp_path):
