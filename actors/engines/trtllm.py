@@ -29,9 +29,6 @@ an FP8 checkpoint, and a local checkpoint that disagrees is refused before launc
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
-
-from pydantic import field_validator
 
 from actors.contracts.applied import AppliedConfig
 from actors.contracts.config import SpaceEntry, TrialConfig
@@ -39,7 +36,6 @@ from actors.contracts.hardware import Hardware, get_hardware
 from actors.contracts.kv import KvPool
 from actors.engines.base import (
     EngineAdapter,
-    Extras,
     LaunchContext,
     LaunchPlan,
     LogEvent,
@@ -61,6 +57,7 @@ from actors.engines.trtllm_options import (
     DEFAULT_MAX_TOKENS,
     KV_DTYPES,
     OPTIONS_FILE,
+    TrtllmExtras,
     check_checkpoint,
     refuse_unknown,
     render_options,
@@ -72,25 +69,6 @@ from actors.engines.trtllm_options import (
 __all__ = ["TrtllmAdapter", "TrtllmExtras", "CHAT_MARGIN_TOKENS", "fp8_unsupported"]
 
 CHAT_MARGIN_TOKENS = 256  # room for the chat template around a sized prompt
-
-
-class TrtllmExtras(Extras):
-    """TensorRT-LLM's extras (see ``TrtllmAdapter``); the policies a release accepts are
-    checked against that release in ``check_space``."""
-
-    engine: Literal["trtllm"] = "trtllm"
-    capacity_scheduler_policy: str | None = None
-    enable_block_reuse: bool | None = None
-    enable_chunked_prefill: bool | None = None
-    cuda_graph_padding: bool | None = None
-    tokens_per_block: int | None = None
-
-    @field_validator("tokens_per_block")
-    @classmethod
-    def _positive(cls, v: int | None) -> int | None:
-        if v is not None and v <= 0:
-            raise ValueError(f"must be positive, got {v!r}")
-        return v
 
 
 def fp8_unsupported(trial: TrialConfig, hw: Hardware) -> str | None:

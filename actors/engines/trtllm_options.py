@@ -21,13 +21,16 @@ import json
 import re
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import field_validator
 
 from actors.contracts.config import ModelSpec, TrialConfig
+from actors.engines.extras import Extras
 
-__all__ = ["Release", "resolve_release", "release_names", "render_options", "render_text",
+__all__ = ["TrtllmExtras", "Release", "resolve_release", "release_names", "render_options",
+           "render_text",
            "unknown_keys", "refuse_unknown", "catalog_from_class", "checkpoint_precision",
            "check_checkpoint", "version_mm", "OPTIONS_FILE", "DEFAULT_MAX_BATCH",
            "DEFAULT_MAX_TOKENS", "DEFAULT_GRAPH_MAX_BATCH", "KV_DTYPES"]
@@ -216,18 +219,37 @@ def _put(opts: dict[str, Any], path: str, value: Any) -> None:
     opts[leaf] = value
 
 
+class TrtllmExtras(Extras):
+    """TensorRT-LLM's extras (see ``TrtllmAdapter``); the policies a release accepts are
+    checked against that release in ``check_space``."""
+
+    engine: Literal["trtllm"] = "trtllm"
+    capacity_scheduler_policy: str | None = None
+    enable_block_reuse: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    cuda_graph_padding: bool | None = None
+    tokens_per_block: int | None = None
+
+    @field_validator("tokens_per_block")
+    @classmethod
+    def _positive(cls, v: int | None) -> int | None:
+        if v is not None and v <= 0:
+            raise ValueError(f"must be positive, got {v!r}")
+        return v
+
+
 def render_options(trial: TrialConfig, release: Release) -> dict[str, Any]:
     """The ``--extra_llm_api_options`` mapping for ``trial`` in ``release``'s layout."""
-    ex = trial.extras
+    ex = TrtllmExtras.of(trial.extras)
     opts: dict[str, Any] = {}
     if trial.weights in _WEIGHT_DTYPE:
         opts["dtype"] = _WEIGHT_DTYPE[trial.weights]
     kv: dict[str, Any] = {"free_gpu_memory_fraction": trial.gpu_memory_fraction,
-                          "enable_block_reuse": bool(ex.get("enable_block_reuse", True))}
-    if "tokens_per_block" in ex:
-        kv["tokens_per_block"] = int(ex["tokens_per_block"])
+                          "enable_block_reuse": ex.enable_block_reuse is not False}
+    if ex.tokens_per_block is not None:
+        kv["tokens_per_block"] = ex.tokens_per_block
     opts["kv_cache_config"] = kv
-    padding = bool(ex.get("cuda_graph_padding", True))
+    padding = ex.cuda_graph_padding is not False
     graph_max = trial.graph_max_batch or DEFAULT_GRAPH_MAX_BATCH
     if release.layout == "1.x":
         opts["cuda_graph_config"] = ({"enable_padding": padding, "max_batch_size": graph_max}
@@ -240,8 +262,8 @@ def render_options(trial: TrialConfig, release: Release) -> dict[str, Any]:
     _put(opts, release.kv_dtype_key, trial.kv_dtype)
     _put(opts, release.iter_stats_key, True)
     opts["scheduler_config"] = {"capacity_scheduler_policy":
-                                str(ex.get("capacity_scheduler_policy", "GUARANTEED_NO_EVICT"))}
-    opts["enable_chunked_prefill"] = bool(ex.get("enable_chunked_prefill", False))
+                                ex.capacity_scheduler_policy or "GUARANTEED_NO_EVICT"}
+    opts["enable_chunked_prefill"] = bool(ex.enable_chunked_prefill)
     return opts
 
 
