@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 
-.PHONY: demo test test-fast test-engine lint ui plan clean vllm-cpu bench
+.PHONY: demo test test-fast test-engine lint ui plan clean vllm-cpu bench browser
 
 $(STAMP): pyproject.toml setup.py actors/loadgen/fastread.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,8 +29,13 @@ vllm-cpu: $(STAMP)
 	$(VLLM_VENV)/bin/python deploy/vllm-cpu/make_tiny_model.py mlruns/models/tiny-llama
 
 ## test: install everything (vLLM CPU included) and run the whole suite
-test: lint vllm-cpu
+test: lint vllm-cpu browser
 	$(PY) -m pytest -q
+
+## browser: Chromium from the distribution's packages, for the report page's browser test
+## (skips with a message where it cannot be installed; the test then skips and says why)
+browser:
+	@bash deploy/browser/install.sh
 
 ## test-fast: the inner loop: no real engine starts
 test-fast: $(STAMP)

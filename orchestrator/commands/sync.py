@@ -19,7 +19,7 @@ from typing import Any
 from orchestrator.errors import EXIT_OK, ServesweepError
 from orchestrator.results.lock import DriverLock
 
-__all__ = ["add_parser", "cmd_sync", "cmd_track"]
+__all__ = ["add_parser", "cmd_sync", "cmd_track", "mlflow_errors"]
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -40,7 +40,7 @@ def cmd_track(args: argparse.Namespace) -> int:
     return cmd_sync(args)
 
 
-def _mlflow_errors() -> tuple[type[BaseException], ...]:
+def mlflow_errors() -> tuple[type[BaseException], ...]:
     """What a tracking store that is down, locked or refusing raises."""
     from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import SQLAlchemyError
@@ -59,7 +59,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     try:
         with DriverLock(ledger.dir).acquire("sync"):  # not while a driver runs the sweep
             counts, status = tracker.sync(spec, ledger)
-    except _mlflow_errors() as err:
+    except mlflow_errors() as err:
         raise ServesweepError(f"MLflow at {tracker.uri} failed ({describe_error(err)}); the "
                               f"ledger is unchanged: run `servesweep sync {ledger.sweep_id}` "
                               "again once MLflow answers") from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -13,7 +12,7 @@ from orchestrator.results.events import DriverStarted, Reaped
 from orchestrator.results.ledger import Ledger
 from orchestrator.results.lock import DriverLock
 from orchestrator.results.outbox import TrackingOutbox
-from orchestrator.results.tracking import Tracker, report_files, sweep_summary
+from orchestrator.results.tracking import Tracker, sweep_summary
 from orchestrator.spec import SweepSpec
 
 __all__ = ["execute", "reap_orphans", "INTERRUPTED", "END_WAIT_S", "INTERRUPT_WAIT_S"]
@@ -88,7 +87,7 @@ def _execute(spec: SweepSpec, ledger: Ledger, outbox: TrackingOutbox | None, qui
 
     from orchestrator.execution.controller import SweepController, connect_ray
     from orchestrator.execution.progress import Progress
-    from orchestrator.results.report import render_text, report_json, winners_export, write_plots
+    from orchestrator.results.report_folder import write_report
 
     t0 = time.monotonic()
     _say("starting Ray ..." if not spec.cluster.address else
@@ -100,30 +99,23 @@ def _execute(spec: SweepSpec, ledger: Ledger, outbox: TrackingOutbox | None, qui
     finally:
         ray.shutdown()
     ordered = list(results.values())
-    report_dir = ledger.dir / "report"
-    plots = write_plots(ordered, report_dir)
-    report_dir.mkdir(exist_ok=True)
-    data = report_json(spec, ordered, ledger.sweep_id)
-    (report_dir / "report.json").write_text(json.dumps(data, indent=1, default=str))
-    (report_dir / "winners.json").write_text(
-        json.dumps(winners_export(spec, ordered), indent=1, default=str))
     hint = ""
     if outbox is not None:
         uri = outbox.tracker.uri
         hint = (f"Open the results in MLflow:\n  .venv/bin/mlflow ui --backend-store-uri "
                 f"{uri} --port 5000   (then http://127.0.0.1:5000)\n  or: make ui"
                 if uri.startswith("sqlite:") else f"Results are in MLflow at {uri}")
-    text = render_text(spec, ordered, ledger.sweep_id, hint)
-    (report_dir / "report.txt").write_text(text + "\n")
+    report = write_report(spec, ledger, hint)
+    text = report.text
     behind: list[str] = []
     if outbox is not None:
         summary = {**sweep_summary(ordered), "wall_s": time.monotonic() - t0}
-        outbox.end(summary, report_files(report_dir), "FINISHED")
+        outbox.end(summary, report.files(), "FINISHED")
         if not outbox.drain(END_WAIT_S):
             behind = outbox.behind_lines()
     _say("")
     _say(text)
-    _say(f"\nplots: {', '.join(str(p) for p in plots) or 'none (no valid level)'}")
+    _say(f"\nreport: {report.html} (opens offline), {report.markdown}")
     for line in behind:  # the sweep is complete (exit 0); MLflow catches up with `sync`
         _say(line)
     return EXIT_OK

@@ -6,6 +6,9 @@
 - ``outbox``: ``TrackingOutbox``, the driver's MLflow writes off the sweep's path (a
   background thread that never raises into the sweep; ``sync`` catches up what it missed).
 - ``analysis``: winners per level, margins, crossovers, the Pareto front (pandas).
-- ``report``: text, JSON and plots of a sweep; the winners' export.
+- ``report``: the terminal report and the JSON ones (report, winners).
+- ``charts``: the report's charts, matplotlib drawn as inline SVG.
+- ``page``: the report page's sections; the self-contained HTML and its Markdown twin.
+- ``report_folder``: ``write_report``, every file of ``<sweep>/report/`` from the ledger.
 - ``calibrate``: fit the sim's profile factors to measured trials.
 """

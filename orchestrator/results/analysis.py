@@ -107,14 +107,14 @@ def winners(results: list[TrialResult], slo: SLO, band: float = 0.05,
         runner = eligible.iloc[1] if len(eligible) > 1 else None
         margin = None
         if runner is not None and runner["output_tok_s"] > 0:
-            margin = best["output_tok_s"] / runner["output_tok_s"] - 1
+            margin = float(best["output_tok_s"] / runner["output_tok_s"] - 1)
         out.append(Winner(
-            concurrency=int(c), key=best["key"], label=best["label"],
+            concurrency=int(c), key=str(best["key"]), label=str(best["label"]),
             output_tok_s=float(best["output_tok_s"]), ttft_p50_ms=_f(best["ttft_p50_ms"]),
             ttft_p99_ms=_f(best["ttft_p99_ms"]), itl_p50_ms=_f(best["itl_p50_ms"]),
-            runner_up=None if runner is None else runner["label"], margin=margin,
-            within_noise=margin is not None and margin < band, candidates=len(eligible),
-            note=best["flags"]))
+            runner_up=None if runner is None else str(runner["label"]), margin=margin,
+            within_noise=bool(margin is not None and margin < band), candidates=len(eligible),
+            note=str(best["flags"])))
     return out
 
 
@@ -127,7 +127,7 @@ def crossovers(ws: list[Winner]) -> list[Crossover]:
     for a, b in zip(ws, ws[1:]):
         if a.key and b.key and a.key != b.key:
             out.append(Crossover((a.concurrency, b.concurrency), a.label or "", b.label or "",
-                                 a.within_noise or b.within_noise))
+                                 bool(a.within_noise or b.within_noise)))
     return out
 
 

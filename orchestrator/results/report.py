@@ -1,16 +1,16 @@
-"""What a user reads at the end: tables of winners and crossovers, plots, JSON for scripts."""
+"""What a user reads in the terminal (tables of winners and crossovers) and what scripts
+read (JSON); the page and its charts are ``page`` and ``charts``."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from actors.contracts.results import TrialResult
 from actors.contracts.states import LevelFlag, TrialStatus
-from orchestrator.results.analysis import crossovers, levels_frame, winners
+from orchestrator.results.analysis import crossovers, winners
 from orchestrator.spec import SweepSpec
 
-__all__ = ["render_text", "report_json", "write_plots", "winners_export"]
+__all__ = ["render_text", "report_json", "winners_export"]
 
 
 def _n(x: float | None, spec: str) -> str:
@@ -124,39 +124,3 @@ def winners_export(spec: SweepSpec, results: list[TrialResult]) -> list[dict[str
                     "command": r.host.get("argv"), "engine_version": r.versions.get("engine"),
                     "hardware": r.hardware})
     return out
-
-
-def write_plots(results: list[TrialResult], out_dir: Path) -> list[Path]:
-    """Throughput and TTFT p99 against concurrency, one line per trial (PNG files)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    df = levels_frame(results)
-    df = df[df["level_status"] == "valid"]
-    if df.empty:
-        return []
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for metric, title, fname in (("output_tok_s", "Output tokens/s", "throughput.png"),
-                                 ("ttft_p99_ms", "TTFT p99 (ms)", "ttft_p99.png"),
-                                 ("itl_p50_ms", "Inter-token latency p50 (ms)", "itl_p50.png")):
-        fig, ax = plt.subplots(figsize=(9, 5.5))
-        for label, g in df.groupby("label"):
-            g = g.sort_values("concurrency")
-            ax.plot(g["concurrency"], g[metric], marker="o", label=label, linewidth=1.2)
-        ax.set_xscale("log", base=2)
-        levels = sorted(df["concurrency"].unique())
-        ax.set_xticks(levels, [str(c) for c in levels])
-        ax.set_xlabel("concurrency (requests in flight)")
-        ax.set_ylabel(title)
-        ax.set_title(f"{title} by concurrency")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
-        fig.tight_layout()
-        path = out_dir / fname
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
-    return paths

@@ -422,6 +422,20 @@ class Tracker:
         if run is None or run.info.status != status:
             self.client.set_terminated(self.parent_id, status=status)
 
+    def log_report(self, spec: SweepSpec, ledger: Ledger, files: list[Path]) -> int:
+        """The report folder's files on the sweep's parent run (found or created; its
+        status left as it is); a file already there with the same size is skipped.
+        Returns how many files were logged."""
+        self.open_sweep(sweep_record(spec, ledger), running=False)
+        assert self.parent_id is not None
+        sizes = self._artifact_sizes(self.parent_id)
+        logged = 0
+        for path in files:
+            if path.is_file() and sizes.get(path.name) != path.stat().st_size:
+                self.client.log_artifact(self.parent_id, str(path))
+                logged += 1
+        return logged
+
     def sync(self, spec: SweepSpec, ledger: Ledger) -> tuple[SyncCounts, str]:
         """The whole sweep into MLflow (``servesweep sync``): the parent run, every ledger
         trial exactly once, then the parent ended. Returns the counts and the parent's end

@@ -90,8 +90,8 @@ def test_mlflow_has_parent_and_nested_runs_with_params_and_metrics(sweep):
                 "trial_config.json"} <= files
     bad = next(r for r in trials if r.data.tags["status"] == "infeasible")
     assert "exceeds" in bad.data.tags["failure_reason"]
-    assert {f.path for f in client.list_artifacts(parent_id)} >= {"report.json", "report.txt",
-                                                                    "throughput.png"}
+    assert {f.path for f in client.list_artifacts(parent_id)} >= {
+        "report.json", "report.txt", "index.html", "report.md", "chart-throughput.svg"}
 
 
 def test_report_json_lists_trials_and_winners(sweep, capsys):
@@ -101,7 +101,8 @@ def test_report_json_lists_trials_and_winners(sweep, capsys):
     assert {t["status"] for t in data["trials"]} == {"ok", "infeasible"}
     assert [w["concurrency"] for w in data["winners"]] == [1, 4]
     assert all(w["key"] for w in data["winners"])
-    assert Path(ledger.dir / "report" / "throughput.png").stat().st_size > 1000
+    assert Path(ledger.dir / "report" / "chart-throughput.svg").stat().st_size > 1000
+    assert "<svg" in (ledger.dir / "report" / "index.html").read_text()
     exported = json.loads((ledger.dir / "report" / "winners.json").read_text())
     assert [w["concurrency"] for w in exported] == [1, 4]
     assert all(w["command"][1:3] == ["-m", "actors.sim.server"] for w in exported)

@@ -1,0 +1,130 @@
+"""The report's charts, drawn with matplotlib as SVG text (inlined in the HTML page, written
+beside the Markdown twin): nothing is fetched when the page opens.
+
+Every function takes the levels frame (``analysis.levels_frame``, valid levels only) or
+the winners and returns one ``Chart`` (an SVG document and its alt text), or None when
+there is nothing to draw.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from orchestrator.results.analysis import Winner
+
+__all__ = ["Chart", "metric_chart", "crossover_chart", "pareto_chart"]
+
+
+@dataclass(frozen=True)
+class Chart:
+    name: str  # file stem: ``throughput`` -> charts/throughput.svg
+    title: str
+    svg: str  # a standalone SVG document, no XML prologue
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.fonttype"] = "none"  # text stays text (searchable, small)
+    return plt
+
+
+def _svg(fig: Any) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    _plt().close(fig)
+    text = buf.getvalue()
+    text = re.sub(r"^<\?xml[^>]*>\s*", "", text)
+    return re.sub(r"<!DOCTYPE[^>]*>\s*", "", text)
+
+
+def _log2_axis(ax: Any, levels: list[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(c) for c in levels])
+    ax.minorticks_off()
+    ax.set_xlabel("concurrency (requests in flight)")
+
+
+def metric_chart(df: pd.DataFrame, metric: str, title: str, name: str,
+                 per_gpu: bool = False) -> Chart | None:
+    """One line per configuration: ``metric`` against concurrency (divided by TP when
+    ``per_gpu``)."""
+    df = df.dropna(subset=[metric])
+    if df.empty:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8.5, 4.8))
+    for label, g in df.groupby("label"):
+        g = g.sort_values("concurrency")
+        y = g[metric] / g["tp"] if per_gpu else g[metric]
+        ax.plot(g["concurrency"], y, marker="o", label=label, linewidth=1.2)
+    _log2_axis(ax, sorted(int(c) for c in df["concurrency"].unique()))
+    ax.set_ylabel(title)
+    ax.set_title(f"{title} by concurrency")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    return Chart(name, f"{title} by concurrency", _svg(fig))
+
+
+def crossover_chart(ws: list[Winner], name: str = "crossover",
+                    title: str = "Winner at each concurrency") -> Chart | None:
+    """A strip: one cell per level, coloured by its winner; cells whose lead is within the
+    noise band are hatched."""
+    ws = [w for w in ws if w.key]
+    if not ws:
+        return None
+    plt = _plt()
+    labels = list(dict.fromkeys(w.label or "" for w in ws))
+    colours = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(8.5, 1.1))
+    for i, w in enumerate(ws):
+        k = labels.index(w.label or "")
+        ax.barh(0, 1, left=i, color=colours(k % 10), edgecolor="white",
+                hatch="//" if w.within_noise else None)
+        ax.text(i + 0.5, 0, f"{(w.output_tok_s or 0):,.0f}", ha="center", va="center",
+                fontsize=7, color="white")
+    ax.set_xticks([i + 0.5 for i in range(len(ws))], [str(w.concurrency) for w in ws])
+    ax.set_xlabel("concurrency (cell: the winner's output tok/s; hatched: within noise)")
+    ax.set_yticks([])
+    ax.set_xlim(0, len(ws))
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours(k % 10)) for k in range(len(labels))]
+    ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.5),
+              ncol=1, frameon=False)
+    ax.set_title(title)
+    return Chart(name, title, _svg(fig))
+
+
+def pareto_chart(df: pd.DataFrame, front_keys: set[str], regime: str,
+                 name: str) -> Chart | None:
+    """Throughput against TTFT p99 for every config at the regime's levels; the Pareto
+    front (not beaten on both) drawn as a line."""
+    df = df.dropna(subset=["output_tok_s", "ttft_p99_ms"])
+    if df.empty:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    on = df[df["key"].isin(front_keys)].sort_values("ttft_p99_ms")
+    off = df[~df["key"].isin(front_keys)]
+    ax.scatter(off["ttft_p99_ms"], off["output_tok_s"], color="#999", s=18,
+               label="dominated")
+    ax.plot(on["ttft_p99_ms"], on["output_tok_s"], marker="o", color="#d62728",
+            label="Pareto front")
+    for _, row in on.iterrows():
+        ax.annotate(str(row["label"]), (row["ttft_p99_ms"], row["output_tok_s"]), fontsize=6,
+                    xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("TTFT p99 (ms, lower is better)")
+    ax.set_ylabel("output tok/s (higher is better)")
+    ax.set_title(f"Throughput vs latency: {regime}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return Chart(name, f"Throughput vs latency: {regime}", _svg(fig))

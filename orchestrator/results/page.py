@@ -1,0 +1,311 @@
+"""The report page: one self-contained HTML file (charts inline as SVG, styles inline, no
+script, nothing fetched) and its Markdown twin, built from the same sections.
+
+``build_sections`` turns a sweep (spec, results, what the ledger says is unfinished) into
+``Section``s of tables and charts; ``render_html`` and ``render_markdown`` only format
+them. Sections, in order: the sweep and its state; winners per load regime (margin, noise
+band, "within noise"); the crossover chart; throughput, TTFT and ITL by concurrency,
+throughput per GPU beside raw; the Pareto front of throughput vs TTFT p99 per regime;
+KV capacity; each trial's applied-config verification; failures; unfinished trials.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from actors.contracts.results import TrialResult
+from actors.contracts.states import TrialStatus
+from orchestrator.results.analysis import Winner, levels_frame, winners
+from orchestrator.results.charts import Chart, crossover_chart, metric_chart, pareto_chart
+from orchestrator.spec import SweepSpec
+
+__all__ = ["Section", "Table", "build_sections", "render_html", "render_markdown",
+           "regimes_of", "regime_frame"]
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+
+
+@dataclass
+class Section:
+    """A titled part of the report: paragraphs, tables and charts, in order."""
+
+    title: str
+    anchor: str
+    blocks: list[str | Table | Chart] = field(default_factory=list)
+
+    def add(self, *blocks: str | Table | Chart | None) -> Section:
+        self.blocks += [b for b in blocks if b is not None]
+        return self
+
+    @property
+    def charts(self) -> list[Chart]:
+        return [b for b in self.blocks if isinstance(b, Chart)]
+
+
+def _n(x: object, spec: str = ",.1f") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return format(x, spec)
+
+
+def regimes_of(spec: SweepSpec) -> dict[str, list[int]]:
+    """Named groups of levels: the spec's ``search.regimes`` where it has them, else one
+    regime per concurrency level (``c=N``)."""
+    named = getattr(spec.search, "regimes", None)
+    if isinstance(named, dict) and named:
+        return {str(k): sorted(int(c) for c in v) for k, v in named.items()}
+    return {f"c={c}": [c] for c in spec.workload.concurrency}
+
+
+def regime_frame(df: pd.DataFrame, levels: list[int]) -> pd.DataFrame:
+    """One row per config over the regime's levels, only configs valid at all of them:
+    throughput as the geometric mean, TTFT p99 as the worst."""
+    at = df[df["concurrency"].isin(levels)]
+    rows = []
+    for key, g in at.groupby("key"):
+        if len(g) < len(levels) or g["output_tok_s"].isna().any() or \
+                (g["output_tok_s"] <= 0).any():
+            continue
+        tok = float(math.exp(sum(math.log(v) for v in g["output_tok_s"]) / len(g)))
+        rows.append({"key": key, "label": g["label"].iloc[0], "tp": int(g["tp"].iloc[0]),
+                     "output_tok_s": tok, "ttft_p99_ms": g["ttft_p99_ms"].max(),
+                     "concurrency": levels[0]})
+    return pd.DataFrame(rows, columns=["key", "label", "tp", "output_tok_s", "ttft_p99_ms",
+                                       "concurrency"])
+
+
+def _front(rf: pd.DataFrame) -> set[str]:
+    keep = set()
+    for _, row in rf.dropna(subset=["ttft_p99_ms"]).iterrows():
+        beaten = ((rf["output_tok_s"] >= row["output_tok_s"])
+                  & (rf["ttft_p99_ms"] <= row["ttft_p99_ms"])
+                  & ((rf["output_tok_s"] > row["output_tok_s"])
+                     | (rf["ttft_p99_ms"] < row["ttft_p99_ms"]))).any()
+        if not beaten:
+            keep.add(str(row["key"]))
+    return keep
+
+
+def _winner_rows(ws: list[Winner], band: float) -> list[list[str]]:
+    rows = []
+    for w in ws:
+        if w.key is None:
+            rows.append([str(w.concurrency), "-", "-", "-", "-", w.note or "no winner"])
+            continue
+        margin = "-" if w.margin is None else f"+{100 * w.margin:.1f}%"
+        verdict = ("within noise" if w.within_noise else
+                   "only candidate" if w.margin is None else "beyond noise")
+        rows.append([str(w.concurrency), w.label or "", _n(w.output_tok_s), margin,
+                     f"{100 * band:.0f}%", f"{verdict} (vs {w.runner_up or '-'})"])
+    return rows
+
+
+def build_sections(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
+                   unfinished: list[str] | None = None,
+                   interrupted: str | None = None) -> list[Section]:
+    """Every section of the report (see the module doc). ``unfinished``: labels of trials
+    the plan holds and the ledger has no final result for; ``interrupted``: why the last
+    driver stopped early, if it did."""
+    band = spec.workload.noise_band
+    w = spec.workload
+    df_all = levels_frame(results)
+    df = df_all[df_all["level_status"] == "valid"]
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    head = Section("Sweep", "sweep").add(
+        f"{sweep_id} ({spec.name}): {len(results)} trials "
+        f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none'}); every "
+        f"request sends {w.prompt_tokens} prompt tokens and decodes exactly "
+        f"{w.output_tokens}; levels {', '.join(map(str, w.concurrency))}.",
+        f"Objective: output tok/s among valid levels meeting the SLO "
+        f"({_slo_text(spec)}); noise band {100 * band:.0f}% (a lead smaller than this is "
+        "reported as within noise).")
+    if any(r.time_scale != 1.0 for r in results):
+        head.add("Sim time is scaled: latencies and throughputs are in simulated time.")
+    if interrupted or unfinished:
+        head.add(f"This sweep did not finish: {interrupted or 'stopped early'}; "
+                         f"{len(unfinished or [])} planned trial(s) have no result (below).")
+    sections = [head]
+
+    ws = winners(results, spec.slo, band, w.trust_usage)
+    by_level = {x.concurrency: x for x in ws}
+    win = Section("Winners per load regime", "winners")
+    for regime, levels in regimes_of(spec).items():
+        if len(levels) == 1 and levels[0] in by_level:
+            continue  # single-level regimes: one table below
+        rf = regime_frame(df, levels)
+        if rf.empty:
+            win.add(f"{regime} ({levels}): no config valid at every level.")
+            continue
+        best = rf.sort_values("output_tok_s", ascending=False).iloc[0]
+        win.add(f"{regime} ({', '.join(map(str, levels))}): {best['label']} "
+                        f"({best['output_tok_s']:,.1f} tok/s, geometric mean)")
+    win.add(Table(["conc", "winner", "out tok/s", "margin", "noise band", "verdict"],
+                  _winner_rows(ws, band)))
+    per_gpu = winners(_per_gpu(results), spec.slo, band, w.trust_usage)
+    win.add(crossover_chart(ws),
+            "Per GPU (output tok/s divided by TP) the winners are:",
+            Table(["conc", "winner per GPU", "out tok/s per GPU", "raw winner"],
+                  [[str(p.concurrency), p.label or "-", _n(p.output_tok_s),
+                    by_level[p.concurrency].label or "-"] for p in per_gpu]))
+    sections.append(win)
+
+    curves = Section("By concurrency", "curves")
+    for metric, title, name, gpu in (
+            ("output_tok_s", "Output tok/s", "throughput", False),
+            ("output_tok_s", "Output tok/s per GPU", "throughput_per_gpu", True),
+            ("ttft_p50_ms", "TTFT p50 (ms)", "ttft_p50", False),
+            ("ttft_p99_ms", "TTFT p99 (ms)", "ttft_p99", False),
+            ("itl_p50_ms", "ITL p50 (ms)", "itl_p50", False)):
+        curves.add(metric_chart(df, metric, title, name, per_gpu=gpu))
+    if not curves.charts:
+        curves.add("No valid level to draw.")
+    sections.append(curves)
+
+    pareto = Section("Throughput vs latency (Pareto front)", "pareto")
+    for i, (regime, levels) in enumerate(regimes_of(spec).items()):
+        rf = regime_frame(df, levels)
+        front = _front(rf)
+        c = pareto_chart(rf, front, regime, f"pareto_{i}")
+        if c:
+            pareto.add(c, Table([f"{regime}: on the front", "out tok/s", "TTFT p99 ms"], [
+                [str(r["label"]), _n(r["output_tok_s"]), _n(r["ttft_p99_ms"])]
+                for _, r in rf[rf["key"].isin(front)].sort_values(
+                    "output_tok_s", ascending=False).iterrows()]))
+    sections.append(pareto)
+    sections += [_capacity(results), _verification(results), _failures(results),
+                 Section("Unfinished trials", "unfinished",
+                         [f"{u}" for u in unfinished] if unfinished else
+                         ["None: every planned trial has a final result."])]
+    return sections
+
+
+def _slo_text(spec: SweepSpec) -> str:
+    limits = spec.slo.model_dump(exclude_none=True)
+    return ", ".join(f"{k} <= {v:g}" for k, v in limits.items()) or "none set"
+
+
+def _per_gpu(results: list[TrialResult]) -> list[TrialResult]:
+    """The results with every level's output tok/s divided by its trial's TP."""
+    out = []
+    for r in results:
+        levels = [lv.model_copy(update={"metrics": lv.metrics.model_copy(update={
+            "output_tok_s": lv.metrics.output_tok_s / r.config.tp})}) if lv.metrics else lv
+            for lv in r.levels]
+        out.append(r.model_copy(update={"levels": levels}))
+    return out
+
+
+def _capacity(results: list[TrialResult]) -> Section:
+    s = Section("KV capacity", "capacity").add(
+        "Requests that fit at full length in the KV pool the server reported, and what "
+        "/metrics showed at each level.")
+    rows = []
+    for r in results:
+        cap = r.capacity
+        for lv in r.levels:
+            fits = cap.full_length_capacity if cap else None
+            rows.append([r.config.label(), _n(cap.pool_tokens if cap else None, ",d"),
+                         _n(fits, ",d"), str(lv.concurrency),
+                         "-" if fits is None else ("yes" if lv.concurrency <= fits else "no"),
+                         _n(lv.server.running_max, ",.0f"), _n(lv.server.waiting_max, ",.0f"),
+                         _n(lv.server.preemptions, ",.0f")])
+    s.add(Table(["config", "pool tokens", "fit at full length", "conc", "all fit",
+                 "running max", "waiting max", "preemptions"], rows))
+    return s
+
+
+def _verification(results: list[TrialResult]) -> Section:
+    s = Section("Applied config", "applied").add(
+        "What each server reported it runs with (read from its own log), and whether that "
+        "matched what was asked.")
+    rows = []
+    for r in results:
+        a = r.applied
+        if r.reason == "config_mismatch":
+            verdict = "MISMATCH: " + r.message
+        elif a:
+            verdict = "verified"
+        else:
+            verdict = "not reached" if r.status is not TrialStatus.OK else "nothing stated"
+        rows.append([r.config.label(), a.version or "-", _n(a.tp, "d"), a.weights or "-",
+                     a.kv_dtype or "-", "-" if a.cuda_graphs is None else str(a.cuda_graphs),
+                     _n(a.kv_pool_tokens, ",d"), verdict])
+    s.add(Table(["config", "engine version", "tp", "weights", "kv", "graphs",
+                 "KV pool tokens", "verification"], rows))
+    return s
+
+
+def _failures(results: list[TrialResult]) -> Section:
+    bad = [r for r in results if r.status is not TrialStatus.OK]
+    s = Section("Failures", "failures")
+    if not bad:
+        s.add("None: every trial counted.")
+    else:
+        s.add(Table(["config", "status", "class", "message"], [
+            [r.config.label(), r.status.value, r.reason, r.message] for r in bad]))
+    return s
+
+
+# -- rendering ------------------------------------------------------------------------------
+_CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:13px}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}figure{margin:1em 0}svg{max-width:100%;height:auto}
+nav a{margin-right:1em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em}"""
+
+
+def render_html(title: str, sections: list[Section]) -> str:
+    """One file that opens offline: styles inline, charts as inline SVG, no script."""
+    e = html.escape
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>{e(title)}</title><style>{_CSS}</style></head><body>",
+           f"<h1>{e(title)}</h1><nav>"
+           + "".join(f'<a href="#{s.anchor}">{e(s.title)}</a>' for s in sections) + "</nav>"]
+    for s in sections:
+        out.append(f'<section id="{s.anchor}"><h2>{e(s.title)}</h2>')
+        for b in s.blocks:
+            if isinstance(b, str):
+                out.append(f"<p>{e(b)}</p>")
+            elif isinstance(b, Table):
+                out.append('<table class="data"><thead><tr>'
+                           + "".join(f"<th>{e(h)}</th>" for h in b.headers)
+                           + "</tr></thead><tbody>")
+                out += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
+                        for row in b.rows]
+                out.append("</tbody></table>")
+            else:
+                out.append(f'<figure class="chart" data-chart="{e(b.name)}">{b.svg}'
+                           f"<figcaption>{e(b.title)}</figcaption></figure>")
+        out.append("</section>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def render_markdown(title: str, sections: list[Section], chart_prefix: str = "chart-") -> str:
+    """The same sections as Markdown; charts are ``<chart_prefix><name>.svg`` files beside
+    it."""
+    out = [f"# {title}", ""]
+    for s in sections:
+        out += [f"## {s.title}", ""]
+        for b in s.blocks:
+            if isinstance(b, str):
+                out += [b, ""]
+            elif isinstance(b, Table):
+                out.append("| " + " | ".join(b.headers) + " |")
+                out.append("|" + "---|" * len(b.headers))
+                out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |"
+                        for row in b.rows]
+                out.append("")
+            else:
+                out += [f"![{b.title}]({chart_prefix}{b.name}.svg)", ""]
+    return "\n".join(out)

@@ -1,0 +1,171 @@
+"""The report page in a real headless Chromium (the distribution's package, installed by
+`make browser`): it loads from disk with the network cut off, logs no console error,
+fetches nothing but itself, and every section, chart and table is there. Driven over the
+DevTools protocol with aiohttp's websocket client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from orchestrator.commands.cli import main
+from tests.conftest import FIXTURES
+
+pytestmark = pytest.mark.integration
+
+SWEEP = "h200-vllm-20261129-175156-fa2a"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "state"
+    (root / "sweeps").mkdir(parents=True)
+    shutil.copytree(FIXTURES / "h200-sweeps" / SWEEP, root / "sweeps" / SWEEP)
+    monkeypatch.setenv("SERVESWEEP_HOME", str(root))
+    assert main(["report", SWEEP, "--no-mlflow"]) == 0
+    return root / "sweeps" / SWEEP / "report"
+
+
+class Browser:
+    """One headless Chromium with its DevTools endpoint on loopback, no network."""
+
+    def __init__(self, exe: str):
+        self.profile = tempfile.mkdtemp(prefix="servesweep-chromium-")
+        self.proc = subprocess.Popen(
+            [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--disable-quic", "--host-resolver-rules=MAP * ~NOTFOUND",
+             "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+             f"--user-data-dir={self.profile}", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port_file = Path(self.profile) / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not port_file.exists() or not port_file.read_text().strip():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.close()
+                raise RuntimeError("Chromium did not open its DevTools port")
+            time.sleep(0.1)
+        self.port = int(port_file.read_text().split()[0])
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+    async def load(self, url: str, script: str) -> tuple[list[dict], object]:
+        """Open ``url``, wait for its load event, evaluate ``script``; returns the events
+        that matter (console errors, exceptions, log errors, requests) and the value."""
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{self.port}/json/list") as r:
+                page = next(t for t in await r.json() if t["type"] == "page")
+            async with http.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+                seq = 0
+
+                async def call(method: str, **params: object) -> int:
+                    nonlocal seq
+                    seq += 1
+                    await ws.send_json({"id": seq, "method": method, "params": params})
+                    return seq
+
+                for domain in ("Runtime", "Log", "Network", "Page"):
+                    await call(f"{domain}.enable")
+                await call("Page.navigate", url=url)
+                seen: list[dict] = []
+                value: object = None
+                want = None
+                async for msg in ws:
+                    ev = json.loads(msg.data)
+                    method = ev.get("method", "")
+                    if method in ("Runtime.consoleAPICalled", "Runtime.exceptionThrown",
+                                  "Log.entryAdded", "Network.requestWillBeSent"):
+                        seen.append(ev)
+                    elif method == "Page.loadEventFired":
+                        want = await call("Runtime.evaluate", expression=script,
+                                          returnByValue=True)
+                    elif want is not None and ev.get("id") == want:
+                        value = ev["result"]["result"].get("value")
+                        break
+                return seen, value
+
+
+PROBE = """JSON.stringify({
+  sections: [...document.querySelectorAll('section')].map(s => s.id),
+  charts: [...document.querySelectorAll('figure.chart')].map(f => [f.dataset.chart,
+            f.querySelector('svg') ? f.querySelector('svg').getBBox().width : 0]),
+  tables: document.querySelectorAll('table.data').length,
+  rows: [...document.querySelectorAll('table.data')].map(t => t.tBodies[0].rows.length),
+  scripts: document.scripts.length,
+  external: [...document.querySelectorAll('[src],[href]')].map(e => e.getAttribute('src')
+            || e.getAttribute('href')).filter(u => !u.startsWith('#')),
+})"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed: `make browser` "
+                    "installs Debian's chromium package (needs root and apt-get)")
+def test_the_page_loads_offline_with_every_chart_and_table(tmp_path, monkeypatch):
+    report = _report(tmp_path, monkeypatch)
+    url = (report / "index.html").as_uri()
+    assert CHROMIUM is not None
+    browser = Browser(CHROMIUM)
+    try:
+        events, value = asyncio.run(asyncio.wait_for(browser.load(url, PROBE), 60))
+    finally:
+        browser.close()
+    errors = [e for e in events if e["method"] == "Runtime.exceptionThrown"
+              or (e["method"] == "Runtime.consoleAPICalled"
+                  and e["params"]["type"] in ("error", "assert"))
+              or (e["method"] == "Log.entryAdded"
+                  and e["params"]["entry"]["level"] == "error")]
+    assert errors == [], errors
+    requested = [e["params"]["request"]["url"] for e in events
+                 if e["method"] == "Network.requestWillBeSent"]
+    assert requested and all(u == url or u.startswith("data:") for u in requested), requested
+    page = json.loads(str(value))
+    assert page["sections"] == ["sweep", "winners", "curves", "pareto", "capacity", "applied",
+                                "failures", "unfinished"]
+    charts = dict(page["charts"])
+    for name in ("crossover", "throughput", "throughput_per_gpu", "ttft_p50", "ttft_p99",
+                 "itl_p50", "pareto_0"):
+        assert charts.get(name, 0) > 100, f"chart {name} missing or not drawn: {charts}"
+    # winners, per GPU, one front table per regime (4 levels), capacity, applied config
+    assert page["tables"] >= 2 + 4 + 2 and all(n > 0 for n in page["rows"][:2])
+    assert page["scripts"] == 0 and page["external"] == []
+    md = (report / "report.md").read_text()
+    for name in charts:
+        assert f"(chart-{name}.svg)" in md and (report / f"chart-{name}.svg").is_file()
+
+
+def test_report_logs_its_page_to_the_parent_run_and_json_has_real_booleans(
+        tmp_path, monkeypatch, capsys):
+    """`servesweep report` writes the folder, logs its files to the sweep's parent MLflow run
+    (a real sqlite store; found or created by its tags, never duplicated on a second run),
+    and `report --json` / winners.json carry JSON booleans."""
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.results.tracking import default_tracking_uri
+
+    report = _report(tmp_path, monkeypatch)  # --no-mlflow: nothing logged yet
+    root = report.parents[2]
+    assert not (root / "mlflow.db").exists()
+    capsys.readouterr()
+    assert main(["report", SWEEP, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out.split("\nreport:")[0])
+    assert all(isinstance(w["within_noise"], bool) for w in data["winners"])
+    assert data["interrupted"] and data["unfinished"]  # this sweep was cut short
+    winners = json.loads((report / "winners.json").read_text())
+    assert winners and all(isinstance(w["within_noise"], bool) for w in winners)
+    assert main(["report", SWEEP]) == 0  # again: finds the same parent run
+    client = MlflowClient(default_tracking_uri(root))
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              filter_string="tags.`servesweep.kind` = 'sweep'")
+    assert len(runs) == 1
+    names = {a.path for a in client.list_artifacts(runs[0].info.run_id)}
+    assert {"index.html", "report.md", "chart-throughput.svg", "winners.json"} <= names
