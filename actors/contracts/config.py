@@ -29,10 +29,16 @@ Precision = Literal["auto", "bf16", "fp16", "fp8", "nvfp4"]
 KvDtype = Literal["auto", "bf16", "fp16", "fp8"]
 Scalar = str | int | float | bool
 PosInt = Annotated[int, Field(gt=0)]
+LaunchLabel = Annotated[str, Field(min_length=1, max_length=60, pattern=r"^[\w.:@/+-]+$")]
 
 
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _digest(fields: dict[str, Any]) -> str:
+    blob = json.dumps(fields, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 class TrialConfig(Frozen):
@@ -55,10 +61,24 @@ class TrialConfig(Frozen):
     max_model_len: PosInt | None = None
     gpu_memory_fraction: float = Field(default=0.9, gt=0, le=1)
     extras: dict[str, Scalar] = Field(default_factory=dict)
+    #: tells apart trials of the same settings launched differently (another vLLM build
+    #: or interpreter, another endpoint); None: the settings alone name the trial
+    launch_label: str | None = None
+    #: which restart of a config the space repeats (``repeat: N``); 0: the first
+    repeat: int = Field(default=0, ge=0)
 
     def key(self) -> str:
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+        """The trial key: the identity plus the launch label and repeat where set (a trial
+        without either keeps the key it had before they existed)."""
+        drop = {k for k, v in (("launch_label", None), ("repeat", 0))
+                if getattr(self, k) == v}
+        return _digest(self.model_dump(mode="json", exclude=drop))
+
+    def identity(self) -> str:
+        """The config identity: the engine settings alone (no launch label, no repeat).
+        Trials of one identity are the same config, measured more than once or on another
+        build; ``compare`` and ``calibrate`` match by it."""
+        return _digest(self.model_dump(mode="json", exclude={"launch_label", "repeat"}))
 
     def label(self) -> str:
         """Short human name: ``sim:trtllm tp1 bf16 kv=fp8 graphs``."""
@@ -72,11 +92,16 @@ class TrialConfig(Frozen):
         parts += [f"{k}={v}" for k, v in sorted(self.extras.items())]
         if self.gpu_memory_fraction != 0.9:
             parts.append(f"mem={self.gpu_memory_fraction}")
+        if self.launch_label:
+            parts.append(f"[{self.launch_label}]")
+        if self.repeat:
+            parts.append(f"#{self.repeat + 1}")
         return " ".join(parts)
 
     def flat_params(self) -> dict[str, str]:
         """Every field as a string, extras prefixed ``extra.``; for MLflow params."""
-        out = {k: str(v) for k, v in self.model_dump().items() if k != "extras"}
+        out = {k: str(v) for k, v in self.model_dump().items() if k != "extras"
+               and not (k == "launch_label" and v is None) and not (k == "repeat" and v == 0)}
         out.update({f"extra.{k}": str(v) for k, v in self.extras.items()})
         return out
 
@@ -265,6 +290,12 @@ class SpaceEntry(Frozen):
     gpu_memory_fraction: list[Annotated[float, Field(gt=0, le=1)]] = [0.9]
     extras: dict[str, list[Scalar]] = Field(default_factory=dict)
     launch: LaunchOptions = LaunchOptions()
+    #: names this entry's trials apart from another entry's of the same settings launched
+    #: differently (``launch_label``); without it such trials get one derived from launch
+    label: LaunchLabel | None = None
+    #: measure each config this many times, the server restarted each time (the
+    #: between-restart noise: ``compare`` and "within noise" use it)
+    repeat: PosInt = 1
 
     @model_validator(mode="before")
     @classmethod
@@ -306,7 +337,9 @@ class SpaceEntry(Frozen):
             extras = dict(zip(extra_keys, combo[len(AXES):]))
             if fields["profile"] is None and default_profile is not None:
                 fields["profile"] = default_profile
-            out.append(TrialConfig(engine=self.engine, extras=extras, **fields))
+            for r in range(self.repeat):
+                out.append(TrialConfig(engine=self.engine, extras=extras, repeat=r,
+                                       launch_label=self.label, **fields))
         return out
 
 

@@ -5,21 +5,34 @@ that sets ``func`` (``cmd_<name>(args) -> exit code``)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from actors.contracts.settings import SettingsError
-from orchestrator.commands import calibrate, capacity, plan, report, run, sync
+from orchestrator.commands import calibrate, capacity, compare, plan, report, run, sync
 from orchestrator.errors import EXIT_INPUT, EXIT_RUNTIME, ServesweepError, UsageError
 
-__all__ = ["main", "build_parser", "COMMANDS"]
+__all__ = ["main", "build_parser", "version", "COMMANDS"]
 
 #: The command modules, in the order ``--help`` lists them.
-COMMANDS = (run, plan, report, capacity, calibrate, sync)
+COMMANDS = (run, plan, report, compare, capacity, calibrate, sync)
+
+
+def version() -> str:
+    """The installed servesweep's version ("unknown" when run from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("servesweep")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="servesweep", description=(
         "Sweep LLM serving configurations on Ray; track every trial in MLflow."))
+    ap.add_argument("--version", action="version", version=f"servesweep {version()}")
     sub = ap.add_subparsers(dest="command", required=True)
     for module in COMMANDS:
         module.add_parser(sub)
@@ -45,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (`servesweep report x | head`): quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # nothing left to flush at exit
+        return 0
     except Exception as err:  # noqa: BLE001 - a bug or environment problem: exit 1, say what
         import traceback
 

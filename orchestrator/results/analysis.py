@@ -1,11 +1,14 @@
 """Winners per concurrency, crossovers and the Pareto front (pandas).
 
 Winner at a level: among valid levels that meet the spec's SLOs there, the
-highest output tokens/s. A level flagged ``unverified`` (its output counted from
-the server's usage alone) cannot win unless ``trust_usage`` (the spec's
-``workload.trust_usage``). The margin to the runner-up is reported and called
-"within noise" when it is under the noise band. A crossover is a pair of
-adjacent levels whose winners differ.
+config (identity: its engine settings) with the highest output tokens/s; a config the
+space repeats (``repeat: N``, the server restarted each time) counts with the median of its
+repeats. A level flagged ``unverified`` (its output counted from the server's usage alone)
+cannot win unless ``trust_usage`` (the spec's ``workload.trust_usage``). The margin to the
+runner-up is reported and called "within noise" when it is under the noise band: the
+spec's ``noise_band``, or the noise measured where it is larger (the spread between
+restarts of a repeated config, the spread of rounds on one warm server). A crossover is
+a pair of adjacent levels whose winners differ.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ def levels_frame(results: list[TrialResult]) -> pd.DataFrame:
     rows = []
     for r in results:
         for lv in r.levels:
-            row = {"key": r.key, "label": r.config.label(), "engine": r.config.engine,
+            first = r.config.model_copy(update={"repeat": 0})  # the config, not the restart
+            row = {"key": r.key, "identity": r.config.identity(), "config": first.key(),
+                   "label": first.label(),
+                   "engine": r.config.engine,
                    "profile": r.config.profile, "tp": r.config.tp, "trial_status": r.status.value,
                    "concurrency": lv.concurrency, "level_status": lv.status,
                    "flags": ",".join(lv.flags), "running_max": lv.server.running_max,
@@ -37,8 +43,9 @@ def levels_frame(results: list[TrialResult]) -> pd.DataFrame:
             for m in _METRICS:
                 row[m] = getattr(lv.metrics, m) if lv.metrics else None
             rows.append(row)
-    cols = ["key", "label", "engine", "profile", "tp", "trial_status", "concurrency",
-            "level_status", "flags", "running_max", "waiting_max", "preemptions", *_METRICS]
+    cols = ["key", "identity", "config", "label", "engine", "profile", "tp", "trial_status",
+            "concurrency", "level_status", "flags", "running_max", "waiting_max", "preemptions",
+            *_METRICS]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -66,6 +73,8 @@ class Winner:
     within_noise: bool
     candidates: int
     note: str = ""
+    noise_band: float = 0.0  # the band the margin was judged against
+    repeats: int = 1  # measurements of the winner at this level (restarts)
 
 
 @dataclass(frozen=True)
@@ -94,7 +103,8 @@ def winners(results: list[TrialResult], slo: SLO, band: float = 0.05,
             doubtful = _unverified(at)
             excluded = int(doubtful.sum())
             at = at[~doubtful]
-        eligible = at[_meets_slo(at, slo)].sort_values("output_tok_s", ascending=False)
+        eligible = _by_identity(at[_meets_slo(at, slo)]).sort_values("output_tok_s",
+                                                                      ascending=False)
         if eligible.empty:
             note = ("no valid level meets the SLO" if not at.empty else "no valid level")
             if excluded:
@@ -108,14 +118,36 @@ def winners(results: list[TrialResult], slo: SLO, band: float = 0.05,
         margin = None
         if runner is not None and runner["output_tok_s"] > 0:
             margin = float(best["output_tok_s"] / runner["output_tok_s"] - 1)
+        noise = max([band, float(best["noise"])]
+                    + ([float(runner["noise"])] if runner is not None else []))
         out.append(Winner(
             concurrency=int(c), key=str(best["key"]), label=str(best["label"]),
             output_tok_s=float(best["output_tok_s"]), ttft_p50_ms=_f(best["ttft_p50_ms"]),
             ttft_p99_ms=_f(best["ttft_p99_ms"]), itl_p50_ms=_f(best["itl_p50_ms"]),
             runner_up=None if runner is None else str(runner["label"]), margin=margin,
-            within_noise=bool(margin is not None and margin < band), candidates=len(eligible),
-            note=str(best["flags"])))
+            within_noise=bool(margin is not None and margin < noise), candidates=len(eligible),
+            note=str(best["flags"]), noise_band=noise, repeats=int(best["repeats"])))
     return out
+
+
+def _by_identity(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per config (its repeats together; another launch is another config): the
+    median repeat's row (by output tok/s), with
+    ``repeats`` and ``noise`` (the larger of the spread between restarts and the spread of
+    rounds within one, as a fraction of the median)."""
+    rows = []
+    for _, g in df.groupby("config", sort=False):
+        g = g.sort_values("output_tok_s")
+        row = g.iloc[(len(g) - 1) // 2].copy()
+        med = float(g["output_tok_s"].median())
+        row["output_tok_s"] = med
+        restart = (float(g["output_tok_s"].max() - g["output_tok_s"].min()) / med
+                   if len(g) > 1 and med > 0 else 0.0)
+        row["noise"] = max(restart, float(g["round_spread"].fillna(0).max()))
+        row["repeats"] = len(g)
+        rows.append(row)
+    cols = [*df.columns, "noise", "repeats"]
+    return pd.DataFrame(rows, columns=cols) if rows else pd.DataFrame(columns=cols)
 
 
 def _f(x: object) -> float | None:

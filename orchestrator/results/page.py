@@ -104,7 +104,9 @@ def _winner_rows(ws: list[Winner], band: float) -> list[list[str]]:
         verdict = ("within noise" if w.within_noise else
                    "only candidate" if w.margin is None else "beyond noise")
         rows.append([str(w.concurrency), w.label or "", _n(w.output_tok_s), margin,
-                     f"{100 * band:.0f}%", f"{verdict} (vs {w.runner_up or '-'})"])
+                     f"{100 * max(band, w.noise_band):.1f}%",
+                     f"{verdict} (vs {w.runner_up or '-'})"
+                     + (f"; median of {w.repeats} restarts" if w.repeats > 1 else "")])
     return rows
 
 

@@ -3,6 +3,7 @@ read (JSON); the page and its charts are ``page`` and ``charts``."""
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from actors.contracts.results import TrialResult
@@ -10,20 +11,26 @@ from actors.contracts.states import LevelFlag, TrialStatus
 from orchestrator.results.analysis import crossovers, winners
 from orchestrator.spec import SweepSpec
 
-__all__ = ["render_text", "report_json", "winners_export"]
+__all__ = ["render_text", "report_json", "winners_export", "table_text", "shorten"]
 
 
 def _n(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
+def table_text(headers: list[str], rows: list[list[str]]) -> str:
+    """Columns padded to their widest cell; no trailing spaces."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(headers)]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(),
+           "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     return "\n".join(out)
+
+
+def shorten(text: str, width: int = 160) -> str:
+    """``text`` on one line, cut at a word boundary with "..." when longer than ``width``."""
+    return textwrap.shorten(" ".join(text.split()), width=width, placeholder=" ...")
 
 
 def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
@@ -53,7 +60,7 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                      _n(win.itl_p50_ms, ".2f"), f"{margin} vs {win.runner_up or '-'}{flags}"])
     parts.append("\nWinner per concurrency (highest output tok/s among valid levels"
                  + (" meeting the SLO" if spec.slo.model_dump(exclude_none=True) else "") + "):")
-    parts.append(_table(["conc", "winner", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
+    parts.append(table_text(["conc", "winner", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
                          "ITL p50 ms", "margin to runner-up"], rows))
     xs = crossovers(ws)
     if xs:
@@ -74,14 +81,14 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                      + ("they may win: workload.trust_usage is set):" if trust else
                         "they cannot win unless workload.trust_usage):"))
         for r, lv in doubtful:
-            parts.append(f"  c={lv.concurrency:<5} {r.config.label()}: {lv.reason[:160]}")
+            parts.append(f"  c={lv.concurrency:<5} {r.config.label()}: {shorten(lv.reason)}")
     bad = [r for r in results if r.status in (TrialStatus.FAILED, TrialStatus.INFEASIBLE,
                                               TrialStatus.INVALID)]
     if bad:
         parts.append("\nTrials that did not fully count:")
         for r in bad:
             parts.append(f"  {r.status.value:<10} {r.config.label()}: {r.reason}"
-                         + (f" - {r.message[:160]}" if r.message and r.message != r.reason
+                         + (f" - {shorten(r.message)}" if r.message and r.message != r.reason
                             else ""))
     if tracking_hint:
         parts.append("\n" + tracking_hint)

@@ -1,0 +1,173 @@
+"""Two sweeps of the same space side by side (another engine version, GPU or driver).
+
+Trials are matched by config identity (``TrialConfig.identity``: the engine settings,
+without launch label or repeat); a config repeated in a sweep counts with the median of
+its repeats. Per matched config and level: the change in output tok/s (B against A) and
+its noise band, the largest of both sweeps' ``noise_band`` and the noise each measured for
+that config there (the spread between restarts, the spread of rounds); the verdict is
+``faster`` / ``slower`` beyond the band, else ``within noise``. Per load regime (the A
+spec's regimes): the geometric mean change over the configs matched at all its levels,
+judged against the largest band among them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+import pandas as pd
+
+from actors.contracts.results import TrialResult
+from orchestrator.results.analysis import levels_frame
+from orchestrator.results.page import Section, Table, regimes_of
+from orchestrator.spec import SweepSpec
+
+__all__ = ["Verdict", "LevelChange", "RegimeVerdict", "Comparison", "compare_sweeps",
+           "render_comparison_text", "comparison_sections"]
+
+
+class Verdict(StrEnum):
+    FASTER = "faster"
+    SLOWER = "slower"
+    WITHIN_NOISE = "within noise"
+
+
+@dataclass(frozen=True)
+class LevelChange:
+    identity: str
+    label: str
+    concurrency: int
+    a_tok_s: float
+    b_tok_s: float
+    change: float  # b / a - 1
+    band: float
+    verdict: Verdict
+    a_repeats: int
+    b_repeats: int
+
+
+@dataclass(frozen=True)
+class RegimeVerdict:
+    regime: str
+    levels: list[int]
+    configs: int  # matched at every level of the regime
+    change: float | None  # geometric mean of b / a, minus 1
+    band: float
+    verdict: Verdict | None  # None: no config matched
+
+
+@dataclass(frozen=True)
+class Comparison:
+    sweep_a: str
+    sweep_b: str
+    levels: list[LevelChange]
+    regimes: list[RegimeVerdict]
+    only_a: list[str]  # labels of configs only sweep A measured
+    only_b: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sweep_a": self.sweep_a, "sweep_b": self.sweep_b,
+                "levels": [asdict(x) for x in self.levels],
+                "regimes": [asdict(x) for x in self.regimes],
+                "only_a": self.only_a, "only_b": self.only_b}
+
+
+def _per_config(results: list[TrialResult]) -> pd.DataFrame:
+    """Valid levels by (identity, concurrency): median output tok/s, noise, repeats."""
+    df = levels_frame(results)
+    df = df[(df["level_status"] == "valid") & df["output_tok_s"].notna()]
+    rows = []
+    for (ident, c), g in df.groupby(["identity", "concurrency"]):
+        med = float(g["output_tok_s"].median())
+        restart = float(g["output_tok_s"].max() - g["output_tok_s"].min()) / med \
+            if len(g) > 1 and med > 0 else 0.0
+        rows.append({"identity": ident, "concurrency": int(c), "label": g["label"].iloc[0],
+                     "tok_s": med, "noise": max(restart, float(g["round_spread"].max())),
+                     "repeats": len(g)})
+    return pd.DataFrame(rows, columns=["identity", "concurrency", "label", "tok_s", "noise",
+                                       "repeats"])
+
+
+def _verdict(change: float, band: float) -> Verdict:
+    if change > band:
+        return Verdict.FASTER
+    if change < -band:
+        return Verdict.SLOWER
+    return Verdict.WITHIN_NOISE
+
+
+def compare_sweeps(spec_a: SweepSpec, results_a: list[TrialResult], id_a: str,
+                   spec_b: SweepSpec, results_b: list[TrialResult], id_b: str) -> Comparison:
+    a, b = _per_config(results_a), _per_config(results_b)
+    floor = max(spec_a.workload.noise_band, spec_b.workload.noise_band)
+    joined = a.merge(b, on=["identity", "concurrency"], suffixes=("_a", "_b"))
+    changes = []
+    for _, r in joined.sort_values(["label_a", "concurrency"]).iterrows():
+        change = r["tok_s_b"] / r["tok_s_a"] - 1
+        band = max(floor, float(r["noise_a"]), float(r["noise_b"]))
+        changes.append(LevelChange(str(r["identity"]), str(r["label_a"]), int(r["concurrency"]),
+                                   float(r["tok_s_a"]), float(r["tok_s_b"]), float(change),
+                                   band, _verdict(change, band), int(r["repeats_a"]),
+                                   int(r["repeats_b"])))
+    regimes = []
+    for name, levels in regimes_of(spec_a).items():
+        by_ident: dict[str, list[LevelChange]] = {}
+        for x in changes:
+            if x.concurrency in levels:
+                by_ident.setdefault(x.identity, []).append(x)
+        full = [xs for xs in by_ident.values() if len(xs) == len(levels)]
+        if not full:
+            regimes.append(RegimeVerdict(name, levels, 0, None, floor, None))
+            continue
+        logs = [math.log1p(x.change) for xs in full for x in xs]
+        change = math.expm1(sum(logs) / len(logs))
+        band = max(x.band for xs in full for x in xs)
+        regimes.append(RegimeVerdict(name, levels, len(full), change, band,
+                                     _verdict(change, band)))
+    labels_a = dict(zip(a["identity"], a["label"]))
+    labels_b = dict(zip(b["identity"], b["label"]))
+    return Comparison(id_a, id_b, changes, regimes,
+                      sorted(v for k, v in labels_a.items() if k not in labels_b),
+                      sorted(v for k, v in labels_b.items() if k not in labels_a))
+
+
+def _rows(cmp: Comparison) -> tuple[Table, Table]:
+    regimes = Table(["regime", "levels", "configs", "change", "noise band", "verdict"], [
+        [r.regime, ", ".join(map(str, r.levels)), str(r.configs),
+         "-" if r.change is None else f"{100 * r.change:+.1f}%", f"{100 * r.band:.1f}%",
+         r.verdict.value if r.verdict else "no config measured in both"]
+        for r in cmp.regimes])
+    levels = Table(["config", "conc", "A tok/s", "B tok/s", "change", "noise band", "verdict"], [
+        [x.label, str(x.concurrency), f"{x.a_tok_s:,.1f}", f"{x.b_tok_s:,.1f}",
+         f"{100 * x.change:+.1f}%", f"{100 * x.band:.1f}%", x.verdict.value]
+        for x in cmp.levels])
+    return regimes, levels
+
+
+def render_comparison_text(cmp: Comparison) -> str:
+    from orchestrator.results.report import table_text
+
+    regimes, levels = _rows(cmp)
+    out = [f"B = {cmp.sweep_b} against A = {cmp.sweep_a} (output tok/s, matched by config "
+           f"identity; {len({x.identity for x in cmp.levels})} config(s) in both)", "",
+           "Per load regime:", table_text(regimes.headers, regimes.rows), "",
+           "Per config and level:", table_text(levels.headers, levels.rows)]
+    for side, labels in (("A", cmp.only_a), ("B", cmp.only_b)):
+        if labels:
+            out += ["", f"Only in {side}: " + "; ".join(labels)]
+    return "\n".join(out)
+
+
+def comparison_sections(cmp: Comparison) -> list[Section]:
+    regimes, levels = _rows(cmp)
+    head = Section("Comparison", "comparison").add(
+        f"B = {cmp.sweep_b} against A = {cmp.sweep_a}: output tok/s of the configs both "
+        "measured (matched by config identity), each change judged against its noise band.",
+        regimes)
+    rest = Section("Per config and level", "levels").add(levels)
+    only = Section("Measured in one sweep only", "only").add(
+        f"Only in A: {'; '.join(cmp.only_a) or 'none'}",
+        f"Only in B: {'; '.join(cmp.only_b) or 'none'}")
+    return [head, rest, only]
