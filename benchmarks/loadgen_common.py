@@ -108,15 +108,40 @@ def build_c_server() -> Path:
     return out
 
 
-def sse_server(step_ms: float, cpus: str | None = "0", kind: str = DEFAULT_SERVER
-               ) -> contextlib.AbstractContextManager:
+#: "keeps up at one token per read", the one rule every benchmark and claim uses
+#: (benchmarks/README.md states it): over its round the client had no failed request and
+#: read at most PER_READ tokens per read (ours counts its reads; for a client that does
+#: not, a token whose gap to the previous one is under half a step counts as read with
+#: it). The share of the offered rate it delivered is reported beside it, not required:
+#: a closed loop loses a step per request wave whatever the reader does.
+PER_READ = 1.10
+
+
+def keeps_up(row: dict, per_read: float = PER_READ) -> bool:
+    """The rule above, for one benchmark row (``errors``, ``per_read``)."""
+    return bool(not row.get("errors") and row.get("per_read") is not None
+                and row["per_read"] <= per_read)
+
+
+#: what the C server's chunks carry (its FORMAT argument): "asked" (per-chunk usage and
+#: token ids when the request asks for them), "text" (text only, then a final usage: what
+#: TensorRT-LLM sends whatever is asked) or "ids" (each chunk's token id, no usage)
+FORMATS = ("asked", "text", "ids")
+
+
+def sse_server(step_ms: float, cpus: str | None = "0", kind: str = DEFAULT_SERVER,
+               fmt: str = "asked") -> contextlib.AbstractContextManager:
     """The minimal SSE server, ``c`` or ``python``, same bytes on the wire. Paced (one
     token per write), ``c`` (``sse_server.c``, epoll) costs 8-13 us of CPU per token, ~1 us
     of it its own (the rest is loopback TCP, whose receive side runs on the sender's
     core): ~100k tok/s from one core. ``python`` (``loadgen_sse_server.py``, uvloop where
     the vLLM environment has it) costs 10-16 us per token."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r} ({', '.join(FORMATS)})")
     if kind == "c":
-        return server([str(build_c_server()), "0", str(round(step_ms * 1e3))], cpus)
+        return server([str(build_c_server()), "0", str(round(step_ms * 1e3)), "-1", fmt], cpus)
+    if fmt != "asked":
+        raise ValueError("only the C server (--server c) has the text and ids formats")
     if kind != "python":
         raise ValueError(f"unknown server {kind!r} (c or python)")
     py = str(VLLM_PY) if VLLM_PY.exists() else PY
@@ -255,6 +280,7 @@ def _ours(cfg: dict) -> dict:
            "tpot_p50_ms": m.tpot_p50_ms if m else None,
            "client_cpu_frac": res.client.cpu_frac if res.client else None,
            "reader": res.client.reader if res.client else None,
+           "parse": res.client.parse if res.client else None,
            "loop_lag_p99_ms": res.client.loop_lag_p99_ms if res.client else None,
            "tokens": tokens, "round_s": last - first, "cpu_s": cpu, "wall_s": wall,
            "ttft_mean_ms": _mean([1e3 * (r.first_token - r.start) for r in runner.last_records

@@ -30,14 +30,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
+import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from loadgen_common import (  # noqa: E402
+    PER_READ,
     VllmClient,
     build_c_server,
+    keeps_up,
     machine_note,
     proc_cpu_s,
     run_ours,
@@ -73,7 +77,32 @@ def _ours_row(r: dict) -> dict:
                 per_read=r["tokens_per_read"], us_tok=r["us_per_token"],
                 cpu=r["client_cpu_frac"], secs=span, lag=r["loop_lag_p99_ms"],
                 flags=",".join(r["flags"]), errors=0 if r["status"] != "invalid" else 1,
-                reader=r.get("reader"))
+                reader=r.get("reader"), parse=r.get("parse"))
+
+
+def _measure(vllm: VllmClient | None, srv: dict, step: float, c: int, t: str,
+             args: argparse.Namespace) -> dict:
+    """One client (``vllm`` or a transport of ours) at one step and stream count."""
+    srv0 = proc_cpu_s(srv["pid"])
+    if t == "vllm":
+        assert vllm is not None
+        # its warm-up wave opens the connections, as ours does before its clock
+        r = vllm.run(srv["url"], streams=c, prompt_tokens=32, requests=2 * c,
+                     output_tokens=OUTPUT, raw=True, warmups=c)
+        row, name = _vllm_row(r, step / 1e3), "vllm-bench"
+    else:
+        r = run_ours(srv["url"], cpus="1", streams=c, transport=t,
+                     coalesce_s=args.coalesce_ms / 1e3, requests=2 * c, output_tokens=OUTPUT,
+                     **({"pass_size": args.pass_size} if args.pass_size else {}))
+        row, name = _ours_row(r), f"ours-{t}"
+    srv1 = proc_cpu_s(srv["pid"])
+    offered = c / step * 1e3
+    row.update(client=name, step_ms=step, streams=c, offered=offered,
+               keep=(row["tok_s"] or 0) / offered)
+    if srv0 is not None and srv1 is not None and row["secs"]:
+        row["srv_cpu"] = (srv1 - srv0) / row["secs"]
+    row["sustained"] = keeps_up(row, args.per_read)
+    return row
 
 
 def main() -> None:
@@ -83,10 +112,15 @@ def main() -> None:
                     help="server steps in ms (default 4,5,6,7,8,10,12.5,14,16,20)")
     ap.add_argument("--streams", default="256")
     ap.add_argument("--clients", default="vllm,lean")
-    ap.add_argument("--keep", type=float, default=0.97,
-                    help="share of the offered rate a sustained step delivers (default 0.97)")
-    ap.add_argument("--per-read", type=float, default=1.10,
-                    help="most tokens per read a sustained step may average (default 1.10)")
+    ap.add_argument("--per-read", type=float, default=PER_READ,
+                    help=f"most tokens per read for 'keeps up' (default {PER_READ}: the "
+                         "one rule, benchmarks/README.md)")
+    ap.add_argument("--formats", default="asked",
+                    help="what the server's chunks carry, comma-separated: asked (per-chunk "
+                         "usage when asked), text (text only + a final usage, as "
+                         "TensorRT-LLM), ids (token ids, no usage)")
+    ap.add_argument("--reps", type=int, default=1,
+                    help="repetitions of the whole run (min / median / max of the ratio)")
     ap.add_argument("--coalesce-ms", type=float, default=1.0,
                     help="the lean transport's read coalescing when busy (0: none)")
     ap.add_argument("--pass-size", type=int, default=None,
@@ -97,61 +131,52 @@ def main() -> None:
     clients = args.clients.split(",")
     build_c_server()
     rows: list[dict] = []
+    formats = args.formats.split(",")
     with contextlib.ExitStack() as stack:
         vllm = stack.enter_context(VllmClient(cpus="1")) if "vllm" in clients else None
-        for step in steps:
-            srv = stack.enter_context(sse_server(step, cpus="0", kind="c"))
-            for c in streams:
-                for t in clients:
-                    srv0 = proc_cpu_s(srv["pid"])
-                    if t == "vllm":
-                        assert vllm is not None
-                        # its warm-up wave opens the connections, as ours does before its clock
-                        r = vllm.run(srv["url"], streams=c, prompt_tokens=32, requests=2 * c,
-                                     output_tokens=OUTPUT, raw=True, warmups=c)
-                        row = _vllm_row(r, step / 1e3)
-                        name = "vllm-bench"
-                    else:
-                        r = run_ours(srv["url"], cpus="1", streams=c, transport=t,
-                                     coalesce_s=args.coalesce_ms / 1e3, requests=2 * c,
-                                     output_tokens=OUTPUT,
-                                     **({"pass_size": args.pass_size} if args.pass_size else {}))
-                        row = _ours_row(r)
-                        name = f"ours-{t}"
-                    srv1 = proc_cpu_s(srv["pid"])
-                    offered = c / step * 1e3
-                    row.update(client=name, step_ms=step, streams=c, offered=offered,
-                               keep=(row["tok_s"] or 0) / offered)
-                    if srv0 is not None and srv1 is not None and row["secs"]:
-                        row["srv_cpu"] = (srv1 - srv0) / row["secs"]
-                    row["sustained"] = bool(not row["errors"] and row["keep"] >= args.keep
-                                            and (row["per_read"] or 99) <= args.per_read)
+        for rep, fmt, step in itertools.product(range(args.reps), formats, steps):
+            with sse_server(step, cpus="0", kind="c", fmt=fmt) as srv:
+                for c, t in itertools.product(streams, clients):
+                    row = _measure(vllm, srv, step, c, t, args)
+                    row.update(rep=rep, format=fmt)
                     rows.append(row)
-                    print(f"{name:>10} {c} x {step:g} ms: {row['tok_s'] or 0:8.0f} tok/s "
-                          f"({row['keep']:.1%} of {offered:.0f}), {row['per_read'] or 0:.2f} "
-                          f"tok/read, {row['us_tok'] or 0:.1f} us/tok"
-                          f"{'  sustained' if row['sustained'] else ''}", flush=True)
-    rows.sort(key=lambda r: (r["streams"], r["client"], -r["offered"]))
-    print(table(rows, [("streams", "streams", "d"), ("client", "client", "s"),
+                    print(f"[{rep} {fmt}] {row['client']:>10} {c} x {step:g} ms: "
+                          f"{row['tok_s'] or 0:8.0f} tok/s ({row['keep']:.1%} of "
+                          f"{row['offered']:.0f}), {row['per_read'] or 0:.2f} tok/read, "
+                          f"{row['us_tok'] or 0:.1f} us/tok"
+                          f"{'  keeps up' if row['sustained'] else ''}", flush=True)
+    rows.sort(key=lambda r: (r["format"], r["rep"], r["streams"], r["client"], -r["offered"]))
+    print(table(rows, [("format", "format", "s"), ("rep", "rep", "d"),
+                       ("streams", "streams", "d"), ("client", "client", "s"),
                        ("step_ms", "step ms", "g"), ("offered", "offered", ".0f"),
                        ("tok_s", "tok/s", ".0f"), ("keep", "delivered", ".3f"),
                        ("per_read", "tok/read", ".2f"), ("us_tok", "CPU us/tok", ".1f"),
                        ("cpu", "client CPU", ".2f"), ("srv_cpu", "server CPU", ".2f"),
-                       ("lag", "lag p99 ms", ".1f"), ("flags", "flags", "s")]))
+                       ("lag", "lag p99 ms", ".1f"), ("parse", "parsed by", "s"),
+                       ("flags", "flags", "s")]))
     summary = []
-    for c in streams:
-        best = {}
-        for name in sorted({r["client"] for r in rows if r["streams"] == c}):
-            ok = [r["offered"] for r in rows
-                  if r["streams"] == c and r["client"] == name and r["sustained"]]
-            best[name] = max(ok) if ok else None
-            print(f"{c} streams, {name}: sustained up to "
-                  f"{'-' if best[name] is None else format(best[name], '.0f')} tok/s")
-        ref = best.get("vllm-bench")
-        for name, v in best.items():
-            if name != "vllm-bench" and v and ref:
-                print(f"{c} streams: {name} / vllm-bench = {v / ref:.2f}x")
-        summary.append(dict(streams=c, sustained=best))
+    for fmt, c in itertools.product(formats, streams):
+        ratios: dict[str, list[float]] = {}
+        for rep in range(args.reps):
+            best: dict[str, float | None] = {}
+            for name in sorted({r["client"] for r in rows}):
+                ok = [r["offered"] for r in rows if (r["format"], r["streams"], r["rep"],
+                      r["client"]) == (fmt, c, rep, name) and r["sustained"]]
+                best[name] = max(ok) if ok else None
+            ref = best.get("vllm-bench")
+            for name, v in best.items():
+                if name != "vllm-bench" and v and ref:
+                    ratios.setdefault(name, []).append(v / ref)
+            summary.append(dict(format=fmt, streams=c, rep=rep, keeps_up_to=best))
+            print(f"[{rep} {fmt}] {c} streams keep up to: " + ", ".join(
+                f"{k} {'-' if v is None else format(v, '.0f')} tok/s" for k, v in best.items()))
+        for name, rs in ratios.items():
+            rs.sort()
+            print(f"{fmt}, {c} streams: {name} / vllm-bench = {rs[0]:.2f} / "
+                  f"{statistics.median(rs):.2f} / {rs[-1]:.2f}x (min / median / max of "
+                  f"{len(rs)})")
+            summary.append(dict(format=fmt, streams=c, client=name, ratio_min=rs[0],
+                                ratio_median=statistics.median(rs), ratio_max=rs[-1]))
     name = "loadgen_sustained-" + "-".join(str(c) for c in streams)
     path = save(name, {"machine": machine_note(), "rows": rows, "summary": summary,
                        "args": vars(args)})

@@ -22,7 +22,11 @@
  * round-robin over the streams whose sockets have room.
  *
  *   gcc -O2 -o sse_server benchmarks/sse_server.c
- *   ./sse_server PORT STEP_US [PROMPT_TOKENS]    (PORT 0 = any; binds 127.0.0.1 only)
+ *   ./sse_server PORT STEP_US [PROMPT_TOKENS [FORMAT]]  (PORT 0 = any; binds 127.0.0.1)
+ * FORMAT: "asked" (default: per-chunk usage when the request asks continuous_usage_stats,
+ * token ids when it asks return_token_ids), "text" (text-only chunks and a final usage,
+ * whatever is asked: what TensorRT-LLM sends), "ids" (each chunk lists its token id, no
+ * per-chunk usage).
  * Prints the bound port as the first line of stdout; on SIGTERM/SIGINT prints one JSON
  * line {"tokens": N, "cpu_s": ..., "sys_s": ..., "wall_s": ...} and exits.
  */
@@ -53,6 +57,7 @@ typedef struct {
     int streaming, queued; /* a response is streaming / the conn is in `active` */
     int dead;              /* closed while queued: step() frees it */
     int n, i, usage, prompt; /* tokens asked, sent; per-chunk usage; prompt length */
+    int ids;               /* token ids in each chunk */
     buf_t in, out;
     char head[256];        /* 'data: {"id":...,"choices":[{...,"finish_reason":' */
 } conn_t;
@@ -61,6 +66,8 @@ static conn_t *conns[MAXFD];  /* by fd */
 static conn_t **active;       /* the streams being written, in arrival order */
 static int nactive, capactive, ep, tfd, prompt_opt = -1;
 static long step_us, rid;
+enum { FMT_ASKED, FMT_TEXT, FMT_IDS };
+static int fmt = FMT_ASKED; /* what the chunks carry (FORMAT) */
 static unsigned long long tokens;
 
 static void put(buf_t *b, const char *s, size_t n) {
@@ -108,6 +115,9 @@ static void token(conn_t *c) { /* the next token's SSE event */
     char ev[512];
     int i = ++c->i, len = snprintf(ev, sizeof ev, "%s%s,\"stop_reason\":null}]", c->head,
                                    i == c->n ? "\"length\"" : "null");
+    if (c->ids) /* the token's id inside the choice, as vLLM's return_token_ids does */
+        len += snprintf(ev + len - 2, sizeof ev - len + 2, ",\"token_ids\":[%d]}]",
+                        1000 + i % 30000) - 2;
     if (c->usage)
         len += snprintf(ev + len, sizeof ev - len, ",\"usage\":{\"prompt_tokens\":%d,"
                         "\"total_tokens\":%d,\"completion_tokens\":%d}", c->prompt,
@@ -201,7 +211,9 @@ static void handle(conn_t *c, const char *method, const char *path, const char *
     c->i = 0;
     c->prompt = prompt_len(body, chat);
     v = key(body, "\"continuous_usage_stats\"");
-    c->usage = v && !strncmp(v, "true", 4);
+    c->usage = fmt == FMT_ASKED && v && !strncmp(v, "true", 4);
+    v = key(body, "\"return_token_ids\"");
+    c->ids = fmt == FMT_IDS || (fmt == FMT_ASKED && v && !strncmp(v, "true", 4));
     v = key(body, "\"stream\"");
     if (v && !strncmp(v, "false", 5)) return whole(c, chat);
     snprintf(c->head, sizeof c->head, "data: {\"id\":\"cmpl-%ld\",\"object\":\"%s\",\"created\""
@@ -268,9 +280,14 @@ static int step(int unpaced) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) { fprintf(stderr, "usage: %s PORT STEP_US [PROMPT_TOKENS]\n", argv[0]); return 2; }
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s PORT STEP_US [PROMPT_TOKENS [asked|text|ids]]\n", argv[0]);
+        return 2;
+    }
     step_us = atol(argv[2]);
     if (argc > 3) prompt_opt = atoi(argv[3]);
+    if (argc > 4) fmt = !strcmp(argv[4], "text") ? FMT_TEXT : !strcmp(argv[4], "ids") ? FMT_IDS
+                      : FMT_ASKED;
     struct rlimit rl;
     if (!getrlimit(RLIMIT_NOFILE, &rl)) { rl.rlim_cur = rl.rlim_max; setrlimit(RLIMIT_NOFILE, &rl); }
     signal(SIGPIPE, SIG_IGN);

@@ -73,6 +73,20 @@ class ClientHealth(_M):
     #: how the client read: "native" (the lean transport's C read pass), "python" (its
     #: pure-Python pass: no C compiler, or not Linux) or "aiohttp"
     reader: Literal["native", "python", "aiohttp"] = "python"
+    #: token events counted without a JSON parse (the transport's scan, native or Python,
+    #: or the counter's usage scan) and those parsed as JSON: which path parsed the stream
+    events_scanned: int = 0
+    events_json: int = 0
+
+    @property
+    def parse(self) -> str:
+        """"scan" (at least 95% of token events without JSON), "json" (at most 5%),
+        else "mixed"; "none" before any event was counted."""
+        total = self.events_scanned + self.events_json
+        if not total:
+            return "none"
+        frac = self.events_scanned / total
+        return "scan" if frac >= 0.95 else "json" if frac <= 0.05 else "mixed"
 
 
 class RoundResult(_M):

@@ -105,6 +105,7 @@ class StreamCounter:
         if i >= 0:
             m = _COMPLETION.search(data, i, end)
             if m is not None:
+                self.rec.scanned_events += 1
                 return self.usage(int(m.group(1)), data, start, end)
         return self._slow_event(data[start:end] if start or end != len(data) else data)
 
@@ -125,8 +126,21 @@ class StreamCounter:
         """The lean transport's fast path: ``data`` is one read of whole HTTP chunks, each
         one token event, the last with per-chunk usage ``n``. Keeps the read (a copy where
         it is a view of a reused buffer); returns the tokens new since the last."""
-        self.rec.body.append((True, data if type(data) is bytes else bytes(data)))
-        return self.usage(n, data)
+        raw = data if type(data) is bytes else bytes(data)
+        self.rec.body.append((True, raw))
+        self.rec.scanned_events += raw.count(b"\n\n")
+        return self.usage(n, raw)
+
+    def tallied(self, k: int, exact: bool, data: bytes | memoryview) -> int:
+        """The lean transport's fast path without per-chunk usage: ``data`` is one read of
+        whole HTTP chunks, each one token event, ``k`` tokens in all (``exact``: counted
+        from token ids; else one per event with text). Keeps the read; returns ``k``."""
+        rec, raw = self.rec, data if type(data) is bytes else bytes(data)
+        rec.body.append((True, raw))
+        if not exact:
+            rec.counts_known = False
+        rec.scanned_events += raw.count(b"\n\n")
+        return k
 
     def _slow_event(self, data: bytes) -> int:
         if data == DONE:
@@ -144,6 +158,7 @@ class StreamCounter:
         choices = ev.get("choices") or []
         k = 0
         if choices:
+            rec.parsed_events += 1
             choice = choices[0] if isinstance(choices[0], dict) else {}
             ids = choice.get("token_ids")
             if usage and usage.get("completion_tokens") is not None:

@@ -9,8 +9,11 @@
  * Contract of ss_scan (must equal http1._scan, or return -1 where that one would accept
  * something odd such as a "+" in a chunk size; -1 only sends the read to the general
  * parser): if data[0:n] is whole HTTP chunks, each exactly one one-line event
- * 'data: {...}\n\n' containing '"choices":[{' and after it '"completion_tokens":<digits>',
- * the last event's completion_tokens; else -1.
+ * 'data: {...}\n\n' containing '"choices":[{', all of one kind: with
+ * '"completion_tokens":<digits>' after it, the last event's completion_tokens; without
+ * usage, with '"token_ids":[...]', -(2 + (ids << 1 | 1)); without either, with non-empty
+ * '"text":"' or '"content":"', -(2 + (events << 1)) (http1.tally); an event without usage
+ * that has a finish reason or a usage object, or a mix of kinds, gives -1.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,6 +26,11 @@
 
 static const char CHOICE[] = "\"choices\":[{";
 static const char KEY[] = "\"completion_tokens\":";
+static const char IDS[] = "\"token_ids\":[";
+static const char TEXT[] = "\"text\":\"";
+static const char CONTENT[] = "\"content\":\"";
+static const char FINISH[] = "\"finish_reason\":\"";
+static const char USAGE[] = "\"usage\":{";
 
 static long rfind(const char *s, long start, long end, const char *pat, long m) {
     for (long i = end - m; i >= start; i--)
@@ -30,9 +38,18 @@ static long rfind(const char *s, long start, long end, const char *pat, long m) 
     return -1;
 }
 
+static long find(const char *s, long start, long end, const char *pat, long m) {
+    if (end - start < m) return -1;
+    const char *p = memmem(s + start, end - start, pat, m);
+    return p ? p - s : -1;
+}
+
+#define FIND(pat) find(data, c, end, pat, sizeof pat - 1)
+
 long long ss_scan(const char *data, long n) {
     long pos = 0;
-    long long last = -1;
+    long long last = -1, tallied = 0;
+    int mode = 0; /* 1: per-chunk usage, 2: token ids, 3: text */
     while (pos < n) {
         long nl = -1, size = 0;
         for (long i = pos; i < n && i < pos + 10; i++)
@@ -49,22 +66,42 @@ long long ss_scan(const char *data, long n) {
         if (size < 10 || end + 2 > n || memcmp(data + start, "data: {", 7) != 0) return -1;
         const char *first_nl = memchr(data + start, '\n', size);
         if (first_nl != data + end - 2 || memcmp(data + end - 1, "\n\r\n", 3) != 0) return -1;
-        const char *c = memmem(data + start, size, CHOICE, sizeof CHOICE - 1);
-        if (!c) return -1;
-        long j = rfind(data, c - data, end, KEY, sizeof KEY - 1);
-        if (j < 0) return -1;
-        j += sizeof KEY - 1;
-        long long v = 0;
-        long k = j;
-        for (; k < end && data[k] >= '0' && data[k] <= '9'; k++) {
-            if (v > (1LL << 50)) return -1;
-            v = v * 10 + (data[k] - '0');
+        long c = find(data, start, end, CHOICE, sizeof CHOICE - 1);
+        if (c < 0) return -1;
+        long j = rfind(data, c, end, KEY, sizeof KEY - 1);
+        if (j >= 0) { /* per-chunk usage: the count is the last event's */
+            if (mode > 1) return -1;
+            j += sizeof KEY - 1;
+            long long v = 0;
+            long k = j;
+            for (; k < end && data[k] >= '0' && data[k] <= '9'; k++) {
+                if (v > (1LL << 50)) return -1;
+                v = v * 10 + (data[k] - '0');
+            }
+            if (k == j) return -1;
+            mode = 1;
+            last = v;
+        } else if (mode == 1 || FIND(FINISH) >= 0 || FIND(USAGE) >= 0) {
+            return -1;
+        } else if ((j = FIND(IDS)) >= 0) { /* token ids: one per id */
+            long close = find(data, j, end, "]", 1);
+            if (close < 0 || close == j + (long)(sizeof IDS - 1) || mode == 3) return -1;
+            mode = 2;
+            tallied += 1;
+            for (long k = j; k < close; k++) tallied += data[k] == ',';
+        } else { /* text: one per event */
+            long t = FIND(TEXT);
+            if (t >= 0) t += sizeof TEXT - 1;
+            else if ((t = FIND(CONTENT)) >= 0) t += sizeof CONTENT - 1;
+            if (t < 0 || t >= end || data[t] == '"' || mode == 2) return -1;
+            mode = 3;
+            tallied += 1;
         }
-        if (k == j) return -1;
-        last = v;
         pos = end + 2;
     }
-    return last;
+    if (mode == 1) return last;
+    if (!tallied) return -1;
+    return -(2 + (tallied << 1 | (mode == 2))); /* http1.tally(tokens, exact) */
 }
 
 /* Read up to max_events ready sockets once each (at most per_read bytes each, one after

@@ -37,7 +37,7 @@ from typing import Protocol
 
 from actors.loadgen.client import _CHOICE, StreamCounter
 
-__all__ = ["Connection", "READ_SIZE", "arrival"]
+__all__ = ["Connection", "READ_SIZE", "arrival", "tally", "untally"]
 
 _perf = time.perf_counter
 _HEAD, _BODY, _DONE = 0, 1, 2
@@ -48,6 +48,11 @@ _SO_TIMESTAMPNS = 35 if sys.platform == "linux" else None
 _TS_SPACE = socket.CMSG_SPACE(16)
 _timespec = struct.Struct("qq").unpack_from
 _COMPLETION_KEY = b'"completion_tokens":'
+_IDS = b'"token_ids":['
+_TEXT = b'"text":"'
+_CONTENT = b'"content":"'
+_FINISH = b'"finish_reason":"'  # a finish reason that is a string, not null
+_USAGE = b'"usage":{'
 _DIGITS = re.compile(rb"\d+").match
 
 
@@ -57,13 +62,31 @@ def arrival(stamp: float, now: float) -> float:
     return stamp if now - 1.0 < stamp <= now else now
 
 
+def tally(k: int, exact: bool) -> int:
+    """``_scan``'s code for a read of token events without per-chunk usage: ``k`` tokens,
+    ``exact`` when every event listed its token ids (else one per event with text)."""
+    return -(2 + (k << 1 | exact))
+
+
+def untally(code: int) -> tuple[int, bool]:
+    """(tokens, exact) of a ``tally`` code (code <= -2)."""
+    c = -code - 2
+    return c >> 1, bool(c & 1)
+
+
 def _scan(data: bytes) -> int:
     """The hot path. If the read is whole chunks, each one whole one-line ``data: {``
-    event with a non-empty ``choices`` list and per-chunk usage (one token per read, or
-    several when the client fell behind), the last event's ``completion_tokens``;
-    otherwise -1, having changed nothing (the general parser then takes the read)."""
+    event with a non-empty ``choices`` list, all of one of three kinds, then:
+
+    - per-chunk usage (``completion_tokens``): the last event's count (>= 0);
+    - token ids and no usage: ``tally(ids listed, exact=True)``;
+    - non-empty text (``"text":"`` or chat's ``"content":"``) and neither: ``tally(events,
+      exact=False)`` (one token per event, as the general parser counts them).
+
+    Otherwise -1, having changed nothing (the general parser then takes the read). An
+    event with a finish reason or a usage object goes to the general parser."""
     find, starts = data.find, data.startswith
-    pos, n, last = 0, len(data), -1
+    pos, n, last, tallied, mode = 0, len(data), -1, 0, 0  # mode: 1 usage, 2 ids, 3 text
     while pos < n:
         nl = find(b"\r\n", pos, pos + 10)
         if nl <= pos:
@@ -78,18 +101,42 @@ def _scan(data: bytes) -> int:
         if (size < 10 or end + 2 > n or not starts(b"data: {", start)
                 or find(b"\n", start, end) != end - 2 or not starts(b"\n\r\n", end - 1)):
             return -1
+        i = find(_CHOICE, start, end)
+        if i < 0:
+            return -1
         # the count: the digits after the last '"completion_tokens":' (a key: a quote inside
         # a JSON string is escaped) after a non-empty choices list
-        i = find(_CHOICE, start, end)
-        j = data.rfind(_COMPLETION_KEY, i, end) if i >= 0 else -1
-        if j < 0:
+        j = data.rfind(_COMPLETION_KEY, i, end)
+        if j >= 0:
+            m = _DIGITS(data, j + len(_COMPLETION_KEY), end)
+            if m is None or mode > 1:
+                return -1
+            mode, last = 1, int(m.group())
+        elif mode == 1 or find(_FINISH, i, end) >= 0 or find(_USAGE, i, end) >= 0:
             return -1
-        m = _DIGITS(data, j + len(_COMPLETION_KEY), end)
-        if m is None:
-            return -1
-        last = int(m.group())
+        else:
+            j = find(_IDS, i, end)
+            if j >= 0:
+                close = find(b"]", j, end)
+                if close < 0 or close == j + len(_IDS) or mode == 3:
+                    return -1
+                mode = 2
+                tallied += data.count(b",", j, close) + 1
+            else:
+                t = find(_TEXT, i, end)
+                if t < 0:
+                    t = find(_CONTENT, i, end)
+                    t = t + len(_CONTENT) if t >= 0 else -1
+                else:
+                    t += len(_TEXT)
+                if t < 0 or t >= end or data[t] == 34 or mode == 2:  # 34: '"', empty text
+                    return -1
+                mode = 3
+                tallied += 1
         pos = end + 2
-    return last
+    if mode == 1:
+        return last
+    return tally(tallied, mode == 2) if tallied else -1
 
 
 class PoolView(Protocol):
@@ -113,8 +160,9 @@ class Connection:
     """One keep-alive connection carrying one request at a time (a non-blocking socket).
 
     Its ``ConnectionPool`` does the reading: ``_readable`` (one read, Python pass), or
-    with the native pass ``_counted`` (a read the C scan found to be whole token events
-    while ``fast``), ``data_received`` (any other read) and ``_lost`` (closed, failed).
+    with the native pass ``_counted`` / ``_tallied`` (a read the C scan found to be whole
+    token events while ``fast``, with or without per-chunk usage), ``data_received`` (any
+    other read) and ``_lost`` (closed, failed).
     A request's outcome lands in ``fut``: None, or (kind, detail, got_bytes)."""
 
     def __init__(self, pool: PoolView, sock: socket.socket | None = None,
@@ -187,6 +235,17 @@ class Connection:
                 pool.token_gap += 0.01 * ((now - prev) / got - pool.token_gap)  # (coalescing)
             counter._arrived(got, now)  # type: ignore[union-attr]
 
+    def _tallied(self, code: int, data: bytes | memoryview, now: float) -> None:
+        """``data`` was whole token events without per-chunk usage (``tally`` code)."""
+        prev, self.last_read = self.last_read, now
+        counter = self.counter
+        k, exact = untally(code)
+        got = counter.tallied(k, exact, data)  # type: ignore[union-attr]
+        if counter.rec.first_token is not None:  # type: ignore[union-attr]
+            pool = self.pool
+            pool.token_gap += 0.01 * ((now - prev) / got - pool.token_gap)
+        counter._arrived(got, now)  # type: ignore[union-attr]
+
     @property
     def reusable(self) -> bool:
         """The response ended cleanly on a keep-alive connection: it can take the next."""
@@ -218,6 +277,9 @@ class Connection:
             last = _scan(data)
             if last >= 0:  # whole token events with per-chunk usage: count, done
                 self._counted(last, data, now)
+                return
+            if last <= -2:  # whole token events without usage: tally, done
+                self._tallied(last, data, now)
                 return
         self.last_read = now
         try:

@@ -309,7 +309,9 @@ class LevelRunner:
         health = ClientHealth(
             loop_lag_p99_ms=max(1e3 * (percentile(o.lags, 99) or 0.0) for o in outs),
             cpu_frac=max(o.cpu_s / o.busy_s if o.busy_s > 0 else 0.0 for o in outs),
-            shards=shards, reader=outs[0].reader)
+            shards=shards, reader=outs[0].reader,
+            events_scanned=sum(r.scanned_events for r in records if r.round >= 0),
+            events_json=sum(r.parsed_events for r in records if r.round >= 0))
         result = aggregate_level(concurrency, w, records, rounds, samples, health,
                                  self.time_scale)
         return result.model_copy(update={"wall_s": time.perf_counter() - t_wall})

@@ -200,6 +200,8 @@ class ConnectionPool:
             try:
                 if last >= 0 and conn.fast:
                     conn._counted(last, view[off:off + length], t)
+                elif last <= -2 and conn.fast:
+                    conn._tallied(last, view[off:off + length], t)
                 else:
                     conn.data_received(bytes(view[off:off + length]), t)
             except Exception as err:  # noqa: BLE001 - see _broken

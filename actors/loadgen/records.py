@@ -30,6 +30,9 @@ class RequestRecord:
     #: every token-bearing chunk said how many tokens it carried (per-chunk usage or token
     #: ids); False: the client counted one per chunk (ITL then spreads the final count)
     counts_known: bool = True
+    #: token events counted by the transport's scan (no JSON parse) / parsed as JSON
+    scanned_events: int = 0
+    parsed_events: int = 0
     error: str | None = None  # classified kind, e.g. http_500, stall, disconnect
     error_detail: str = ""
     #: the response body as read, kept for the count proof (``proof.prove``), then dropped:

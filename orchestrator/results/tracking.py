@@ -161,6 +161,8 @@ def trial_record(result: TrialResult, sweep_id: str, trial_dir: Path | None,
     readers = sorted({lv.client.reader for lv in result.levels if lv.client is not None})
     if readers:  # how the load generator read (one client per trial: one value)
         tags["client.reader"] = ",".join(readers)
+        tags["client.parse"] = ",".join(sorted({lv.client.parse for lv in result.levels
+                                                 if lv.client is not None}))
     for k, v in result.versions.items():
         tags[f"version.{k}"] = v
     params = {k: str(v)[:6000] for k, v in result.config.flat_params().items()}

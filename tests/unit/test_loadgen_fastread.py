@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from actors.loadgen import fastread
-from actors.loadgen.http1 import _SO_TIMESTAMPNS, _scan
+from actors.loadgen.http1 import _SO_TIMESTAMPNS, _scan, untally
 from tests.conftest import FIXTURES
 
 native = pytest.mark.skipif(fastread.reader(1, 1) is None,
@@ -45,6 +45,18 @@ def corpus() -> list[bytes]:
               chunk(b'data: {"choices":[{"text":" a"}],\ndata: "usage":{"completion_tokens":1}}'
                     b"\n\n"),
               chunk(TOKEN.replace(b"%d,", b",") % 9)]  # a key without digits
+    # servers without per-chunk usage: text only (TensorRT-LLM), token ids (vLLM asked for
+    # return_token_ids without continuous usage), chat deltas, and their mixes and cuts
+    text = [chunk(b'data: {"id":"c","choices":[{"index":0,"text":"%s","finish_reason":null}]}'
+                  b"\n\n" % w) for w in (b" a", b"b", b"\\\"q\\\"", b"")]
+    ids = [chunk(b'data: {"choices":[{"text":" a","token_ids":[%s]}]}\n\n' % i)
+           for i in (b"7", b"7,8", b"7, 8, 9", b"")]
+    chat = [chunk(b'data: {"choices":[{"delta":{"content":"%s"}}]}\n\n' % w) for w in (b"x", b"")]
+    end = chunk(b'data: {"choices":[{"text":"","finish_reason":"stop"}],"usage":'
+                b'{"completion_tokens":3}}\n\n')
+    kinds = text + ids + chat + [end]
+    reads += kinds + [a + b for a in kinds for b in kinds]
+    reads += [(text[0] * 3)[:k] for k in range(0, 3 * len(text[0]), 5)]
     return reads
 
 
@@ -56,13 +68,22 @@ def test_native_scan_equals_the_python_scan_on_real_reads():
         assert fastread.scan(read) == _scan(read), read[:120]
 
 
+def test_the_corpus_has_every_kind_of_read():
+    codes = {_scan(r) for r in corpus()}
+    assert any(c > 0 for c in codes) and -1 in codes
+    assert {untally(c)[1] for c in codes if c <= -2} == {True, False}  # ids and text
+
+
 @native
 def test_native_scan_never_counts_what_python_would_not():
     """Random damage: C may refuse (-1) what Python's lenient ``int`` accepts (a space
     in a chunk size), never count differently."""
     rng = random.Random(1)
-    base = chunk(TOKEN % (7, 12)) + chunk(TOKEN % (8, 13))
-    for _ in range(3000):
+    bases = [chunk(TOKEN % (7, 12)) + chunk(TOKEN % (8, 13)),
+             chunk(b'data: {"choices":[{"text":" a","finish_reason":null}]}\n\n') * 2,
+             chunk(b'data: {"choices":[{"text":" a","token_ids":[7,8]}]}\n\n') * 2]
+    for i in range(3000):
+        base = bases[i % 3]
         b = bytearray(base)
         for _ in range(rng.randint(1, 3)):
             b[rng.randrange(len(b))] = rng.choice(b'0123456789abcdef\r\n{}":, x')

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from actors.loadgen.client import StreamCounter
-from actors.loadgen.http1 import Connection, _scan
+from actors.loadgen.http1 import Connection, _scan, tally
 from actors.loadgen.pool import ConnectionPool
 from actors.loadgen.records import RequestRecord
 from tests.conftest import FIXTURES
@@ -97,7 +97,23 @@ TOKEN = (b'data: {"id":"c","object":"text_completion","choices":[{"index":0,"tex
     (_chunk(TOKEN % (3, 8))[:-5], -1),  # a partial chunk
     (_chunk(b'data: {"choices":[],"usage":{"completion_tokens":4}}\n\n'), -1),  # usage only
     (_chunk(b"data: [DONE]\n\n"), -1),
-    (_chunk(b'data: {"choices":[{"text":" a"}]}\n\n'), -1),  # no per-chunk usage
+    # no per-chunk usage: one token per event with text (TensorRT-LLM, external servers)
+    (_chunk(b'data: {"choices":[{"text":" a","finish_reason":null}]}\n\n'), tally(1, False)),
+    (_chunk(b'data: {"choices":[{"text":" a"}]}\n\n') * 3, tally(3, False)),
+    (_chunk(b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'), tally(1, False)),  # chat
+    (_chunk(b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'), -1),
+    (_chunk(b'data: {"choices":[{"text":""}]}\n\n'), -1),  # empty text: no token to count
+    (_chunk(b'data: {"choices":[{"text":" a","finish_reason":"stop"}]}\n\n'), -1),  # the end
+    (_chunk(b'data: {"choices":[{"text":" a"}],"usage":{"prompt_tokens":5}}\n\n'), -1),
+    # token ids, no usage: exact counts
+    (_chunk(b'data: {"choices":[{"text":" a b","token_ids":[11,12]}]}\n\n'), tally(2, True)),
+    (_chunk(b'data: {"choices":[{"text":" a","token_ids":[11]}]}\n\n') * 2, tally(2, True)),
+    (_chunk(b'data: {"choices":[{"text":"","token_ids":[]}]}\n\n'), -1),
+    # kinds never mix in one read (the general parser takes it)
+    (_chunk(b'data: {"choices":[{"text":" a","token_ids":[11]}]}\n\n')
+     + _chunk(b'data: {"choices":[{"text":" a"}]}\n\n'), -1),
+    (_chunk(TOKEN % (3, 8)) + _chunk(b'data: {"choices":[{"text":" a"}]}\n\n'), -1),
+    (_chunk(b'data: {"choices":[{"text":" a"}]}\n\n') + _chunk(TOKEN % (3, 8)), -1),
     (_chunk(b'data: {"choices":[{"text":" a"}],\ndata: "usage":{"completion_tokens":1}}\n\n'),
      -1),  # a multi-line event
     (b"0\r\n\r\n", -1),  # the last chunk
