@@ -40,15 +40,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     total_s = None
     if args.predict:
         from orchestrator.planning.forecast import predict_sweep
+        from orchestrator.planning.overheads import learned
+        from orchestrator.results.ledger import state_root
 
-        plist, total_s = predict_sweep(planned, spec, spec_shape(spec))
+        overheads = learned(state_root())
+        plist, total_s = predict_sweep(planned, spec, spec_shape(spec), overheads)
         preds = {p.key: p for p in plist}
     if args.json:
         out = {"spec": spec.name, "trials": [
             {"key": p.config.key(), "label": p.config.label(), "feasible": p.feasible,
              "reason": p.reason, "config": p.config.model_dump(mode="json"),
              "prediction": (preds[p.config.key()].levels if p.config.key() in preds else None)}
-            for p in planned], "estimated_sweep_s": total_s}
+            for p in planned], "estimated_sweep_s": total_s,
+            "overheads": overheads.model_dump() if args.predict else None}
         _print(json.dumps(out, indent=1))
         return EXIT_OK
     _print(f"{spec.name}: {len(planned)} trials, {len(feasible)} to run, "
@@ -75,7 +79,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         m, s = divmod(int(total_s), 60)
         scale = spec.sim.time_scale
         note = f", sim time scale {scale}" if scale != 1 else ""
-        _print(f"\nEstimated sweep time: {m} min {s:02d} s (server starts + levels{note})")
+        o = overheads
+        learnt = (f"measured by the last {o.sweeps} sweep(s) here" if o.sweeps else
+                  "defaults: no sweep here has measured them yet")
+        _print(f"\nEstimated sweep time: {m} min {s:02d} s (server starts + levels{note}; "
+               f"plus driver start {o.driver_start_s:.1f} s, Ray {o.ray_start_s:.1f} s, "
+               f"{o.per_trial_s:.1f} s per trial, report {o.report_s:.1f} s: {learnt})")
     elif not args.predict:
         _print("\n(add --predict for the performance model's numbers and the sweep's duration)")
     return EXIT_OK

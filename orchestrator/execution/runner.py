@@ -8,6 +8,8 @@ import time
 
 from actors.procs import marked_processes, reap
 from orchestrator.errors import EXIT_OK, UsageError
+from orchestrator.planning.overheads import process_age_s
+from orchestrator.planning.overheads import record as record_overheads
 from orchestrator.results.events import DriverStarted, Reaped
 from orchestrator.results.ledger import Ledger
 from orchestrator.results.lock import DriverLock
@@ -90,10 +92,12 @@ def _execute(spec: SweepSpec, ledger: Ledger, outbox: TrackingOutbox | None, qui
     from orchestrator.results.report_folder import write_report
 
     t0 = time.monotonic()
+    driver_start_s = process_age_s()  # this process so far: imports, spec, store, lock
     _say("starting Ray ..." if not spec.cluster.address else
          f"joining Ray at {spec.cluster.address} ...")
     try:
         connect_ray(spec)
+        ray_start_s = time.monotonic() - t0
         controller = SweepController(spec, ledger, outbox, Progress(total, quiet=quiet))
         results = controller.run()
     finally:
@@ -105,7 +109,10 @@ def _execute(spec: SweepSpec, ledger: Ledger, outbox: TrackingOutbox | None, qui
         hint = (f"Open the results in MLflow:\n  .venv/bin/mlflow ui --backend-store-uri "
                 f"{uri} --port 5000   (then http://127.0.0.1:5000)\n  or: make ui"
                 if uri.startswith("sqlite:") else f"Results are in MLflow at {uri}")
+    t_report = time.monotonic()
     report = write_report(spec, ledger, hint)
+    record_overheads(ledger.dir, driver_start_s, ray_start_s, ordered,
+                     time.monotonic() - t_report)  # the next estimate learns from them
     text = report.text
     behind: list[str] = []
     if outbox is not None:

@@ -3,7 +3,8 @@
 Predictions use the sim's model for the trial's engine family (a vLLM trial is
 predicted with the vLLM profile). Durations: a server start per trial plus,
 per level, warm-up and rounds of closed-loop requests at the predicted speed;
-for the sim engine real time is simulated time x ``sim.time_scale``.
+for the sim engine real time is simulated time x ``sim.time_scale``. The sweep adds
+what earlier sweeps measured around the trials (``planning.overheads``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from actors.engines.sim import sim_settings
 from actors.sim.perf import DEFAULT_PROFILE
 from actors.sim.predict import build_engine, simulate_closed_loop
 from orchestrator.planning.feasibility import family_of
+from orchestrator.planning.overheads import DEFAULTS, Overheads
 from orchestrator.planning.plan import PlannedTrial
 from orchestrator.spec import SweepSpec
 
@@ -65,8 +67,12 @@ def predict_trial(trial: TrialConfig, spec: SweepSpec, shape: ModelShape) -> Tri
 
 
 def predict_sweep(planned: list[PlannedTrial], spec: SweepSpec,
-                  shape: ModelShape | None) -> tuple[list[TrialPrediction], float]:
-    """Predictions of the feasible trials and the estimated wall time of the whole sweep."""
+                  shape: ModelShape | None, overheads: Overheads = DEFAULTS,
+                  ) -> tuple[list[TrialPrediction], float]:
+    """Predictions of the feasible trials and the estimated wall time of the whole sweep:
+    driver start + Ray start + the trials (each: server start, levels and the per-trial
+    overhead) over the concurrent trials + the report (``overheads``: what earlier sweeps
+    measured, ``planning.overheads.learned``)."""
     if shape is None:
         return [], 0.0
     preds = [predict_trial(p.config, spec, shape) for p in planned if p.feasible]
@@ -75,5 +81,6 @@ def predict_sweep(planned: list[PlannedTrial], spec: SweepSpec,
     else:
         preds_for_time = preds
     parallel = max(1, spec.cluster.max_concurrent_trials or 1)
-    total = sum(p.total_s + 2.0 for p in preds_for_time) / parallel
+    trials = sum(p.total_s + overheads.per_trial_s for p in preds_for_time) / parallel
+    total = overheads.driver_start_s + overheads.ray_start_s + trials + overheads.report_s
     return preds, total
