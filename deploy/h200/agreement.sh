@@ -11,7 +11,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 bash "$HERE/device_setup.sh" install || exit 1
 source "$HERE/device_setup.sh" env
 export PYTHONPATH=$PWD:$PYTHONPATH
-if [ -f /tmp/model.pid ]; then while kill -0 "$(cat /tmp/model.pid)" 2>/dev/null; do sleep 1; done; fi
+if [ -f /tmp/servesweep-node/model.pid ]; then while kill -0 "$(cat /tmp/servesweep-node/model.pid)" 2>/dev/null; do sleep 1; done; fi
 URL=http://127.0.0.1:8000 LOG=/tmp/vllm-agreement.log
 up() { python3 -c "import urllib.request as u; u.urlopen('$1', timeout=2)" 2>/dev/null; }
 setsid python3 -m vllm.entrypoints.cli.main serve /tmp/model --host 127.0.0.1 --port 8000 \

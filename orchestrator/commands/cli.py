@@ -9,13 +9,22 @@ import os
 import sys
 
 from actors.contracts.settings import SettingsError
-from orchestrator.commands import calibrate, capacity, compare, plan, report, run, sync
+from orchestrator.commands import (
+    calibrate,
+    capacity,
+    compare,
+    import_sweep,
+    plan,
+    report,
+    run,
+    sync,
+)
 from orchestrator.errors import EXIT_INPUT, EXIT_RUNTIME, ServesweepError, UsageError
 
 __all__ = ["main", "build_parser", "version", "COMMANDS"]
 
 #: The command modules, in the order ``--help`` lists them.
-COMMANDS = (run, plan, report, compare, capacity, calibrate, sync)
+COMMANDS = (run, plan, report, compare, capacity, calibrate, sync, import_sweep)
 
 
 def version() -> str:

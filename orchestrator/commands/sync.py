@@ -6,20 +6,23 @@ RUNNING or missing params or artifacts (MLflow was down, or the driver was kille
 is completed in place, one already complete is left as it is; a second sync changes
 nothing. The parent run ends FINISHED (KILLED if the ledger's last driver was interrupted:
 ``resume`` finishes the sweep). A sweep run with ``--no-mlflow`` (or on a machine without
-MLflow, e.g. a GPU node: copy ``mlruns/sweeps/<id>/`` over) is logged the same way, and ends
-up as if it had been tracked live. ``track`` is the command's old name.
+MLflow, e.g. a GPU node: ``servesweep import`` brings its folder over and syncs it) is logged
+the same way, and ends up as if it had been tracked live. ``track`` is the command's old name.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import EXIT_OK, ServesweepError
 from orchestrator.results.lock import DriverLock
 
-__all__ = ["add_parser", "cmd_sync", "cmd_track", "mlflow_errors"]
+if TYPE_CHECKING:
+    from orchestrator.results.ledger import Ledger
+
+__all__ = ["add_parser", "cmd_sync", "cmd_track", "sync_sweep", "mlflow_errors"]
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -49,11 +52,20 @@ def mlflow_errors() -> tuple[type[BaseException], ...]:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
-    from orchestrator.results.ledger import Ledger, state_root
+    from orchestrator.results.ledger import Ledger
+
+    print(sync_sweep(Ledger.open(args.sweep)), flush=True)
+    return EXIT_OK
+
+
+def sync_sweep(ledger: Ledger) -> str:
+    """Bring ``ledger``'s MLflow runs up to date; returns the one-line summary. Raises
+    ``ServesweepError`` (saying to sync again) when MLflow fails, ``SweepBusy`` while a
+    driver runs the sweep."""
+    from orchestrator.results.ledger import state_root
     from orchestrator.results.tracking import Tracker, describe_error
     from orchestrator.spec import load_spec
 
-    ledger = Ledger.open(args.sweep)
     spec = load_spec(ledger.dir / "spec.yaml")
     tracker = Tracker(state_root())
     try:
@@ -64,7 +76,6 @@ def cmd_sync(args: argparse.Namespace) -> int:
                               f"ledger is unchanged: run `servesweep sync {ledger.sweep_id}` "
                               "again once MLflow answers") from None
     removed = f", {counts.removed} duplicate run(s) deleted" if counts.removed else ""
-    print(f"synced sweep {ledger.sweep_id} to {tracker.uri}: parent run {tracker.parent_id} "
-          f"{status}; {counts.total()} trial run(s): {counts.created} created, "
-          f"{counts.repaired} repaired, {counts.unchanged} unchanged{removed}", flush=True)
-    return EXIT_OK
+    return (f"synced sweep {ledger.sweep_id} to {tracker.uri}: parent run {tracker.parent_id} "
+            f"{status}; {counts.total()} trial run(s): {counts.created} created, "
+            f"{counts.repaired} repaired, {counts.unchanged} unchanged{removed}")
