@@ -6,6 +6,14 @@ deadline, log events, applied-config check) -> the load generator measures ->
 ``observe`` (is the server still alive, events since ready) -> ``stop``
 (SIGTERM to the group, bounded wait, SIGKILL, verify nothing is left).
 
+What ``stop`` stops: the engine's process group, every process carrying its marker, and
+what left both. The actor's process is a child subreaper, so an engine grandchild that
+double-forks, calls ``setsid`` and clears its environment is re-parented to the host and
+tracked as its descendant (``actors.proctree.DescendantWatch``, listed with start times in
+``engine-procs.json`` for the node's reaper should the host die); where the node lets the
+host create one, the engine also runs in a cgroup of its own (``actors.cgroups``).
+``launch`` answers the leader's start time and the cgroup, which the ledger records.
+
 Ports: the host draws a launched engine's port from outside the kernel's ephemeral
 range, free by a bind test (``actors.procs.choose_port``), and counts the server healthy
 only once it is proven to be the one it started (the adapter contract, "Ports and the
@@ -38,12 +46,16 @@ from typing import Any
 
 import ray
 
+from actors.cgroups import EngineCgroup
 from actors.contracts.config import TrialConfig, resolve_env
 from actors.contracts.messages import LaunchInfo, Observation, Readiness, StopResult
+from actors.contracts.results import LevelResult
 from actors.contracts.states import FailureClass
 from actors.engines import LaunchContext, LaunchPlan, LogEvent, get_adapter
 from actors.engines.base import redact
+from actors.gpus import gpu_model
 from actors.procs import choose_port, port_listeners, socket_holders, spawn_group, stop_group
+from actors.proctree import PROCS_FILE, DescendantWatch, set_child_subreaper, start_time
 
 __all__ = ["EngineHostCore", "EngineHost", "set_aside_previous_attempt"]
 
@@ -58,7 +70,11 @@ FOREIGN_CHECKS = 2
 
 
 class EngineHostCore:
-    def __init__(self, trial: dict, ctx: dict):
+    """``subreaper``: make this process a child subreaper (the Ray actor does: its worker
+    process is the host's alone), so that what leaves the engine's process group and
+    drops its marker is still among the host's descendants and stopped with the rest."""
+
+    def __init__(self, trial: dict, ctx: dict, subreaper: bool = False):
         self.trial = TrialConfig.model_validate(trial)
         self.ctx = LaunchContext.model_validate(ctx)
         self.adapter = get_adapter(self.trial.engine)
@@ -82,6 +98,9 @@ class EngineHostCore:
         self._launch_ctx = self.ctx
         self._foreign_checks = 0
         self._own_listeners: set[int] = set()
+        self.subreaper = set_child_subreaper() if subreaper else False
+        self.watch = DescendantWatch(self.dir / PROCS_FILE, whole_host=self.subreaper)
+        self.cgroup: EngineCgroup | None = None
 
     # -- launch -----------------------------------------------------------------------------
     def launch(self) -> LaunchInfo:
@@ -97,27 +116,35 @@ class EngineHostCore:
                               message=f"cannot build the launch: {err}")
         self.api_key = plan.api_key
         argv_safe, env_safe = redact(plan.argv, plan.env)
+        gpu_ids = [str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else []
         info = LaunchInfo(
             host=socket.gethostname(), node_ip=_node_ip(), node_id=_node_id(), argv=argv_safe,
-            env=env_safe, marker=self.marker,
-            gpu_ids=[str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else [])
+            env=env_safe, marker=self.marker, gpu_ids=gpu_ids, gpu_model=gpu_model(gpu_ids))
         for name, content in plan.files.items():
             (self.dir / name).write_text(content)
         if not self.adapter.launches_process:
             self.base_url = plan.base_url
             return info
         self._port_chosen = port != self.ctx.port  # ours to change if it turns out taken
+        self.cgroup = EngineCgroup.create(f"{self.marker.replace('/', '-')}-"
+                                          f"{secrets.token_hex(3)}")
         self.t_launch = time.monotonic()
         try:
             self._spawn(plan)
-        except OSError as err:  # e.g. the engine's interpreter or binary is missing
+        except (OSError, KeyError) as err:
+            if self.cgroup is not None:
+                self.cgroup.remove()
+            if isinstance(err, KeyError):  # a ${NAME} the spec refers to is not set here
+                return info.model_copy(update={
+                    "failure": FailureClass.STARTUP_CRASH,
+                    "message": f"{err.args[0]} ({socket.gethostname()})"})
+            # e.g. the engine's interpreter or binary is missing
             return info.model_copy(update={"failure": FailureClass.STARTUP_CRASH,
                                            "message": f"cannot start {plan.argv[0]}: {err}"})
-        except KeyError as err:  # a ${NAME} the spec refers to is not set on this node
-            return info.model_copy(update={"failure": FailureClass.STARTUP_CRASH,
-                                           "message": f"{err.args[0]} ({socket.gethostname()})"})
         if self.proc is not None:
-            info = info.model_copy(update={"pid": self.proc.pid, "pgid": self.proc.pid})
+            info = info.model_copy(update={
+                "pid": self.proc.pid, "pgid": self.proc.pid, "start_time": start_time(
+                    self.proc.pid), "cgroup": str(self.cgroup.path) if self.cgroup else None})
         return info
 
     def _choose_port(self) -> int:
@@ -139,7 +166,10 @@ class EngineHostCore:
                 return
             # ${NAME} references become values only here, in the engine's own environment
             env = resolve_env(plan.env, dict(os.environ))
-            self.proc = spawn_group(plan.argv, env, self.log_path, self.dir, self.marker)
+            self.proc = spawn_group(plan.argv, env, self.log_path, self.dir, self.marker,
+                                    self.cgroup)
+            self.watch.engine_started(self.proc.pid)
+            self.watch.start()
 
     def _retry_port(self, why: str) -> bool:
         """The port turned out taken (``why``): stop this attempt, keep its log, start the
@@ -148,7 +178,7 @@ class EngineHostCore:
         if not self._port_chosen or self._port_retries >= PORT_RETRIES:
             return False
         self._port_retries += 1
-        stop_group(self.proc, self.marker, 10.0)  # e.g. still starting, its bind to come
+        self._stop_engine(10.0)  # e.g. still starting, its bind to come
         self._read_log()
         with open(self.log_path, "a") as f:
             f.write(f"\n[servesweep] {why}; starting again on another port "
@@ -169,7 +199,7 @@ class EngineHostCore:
             why += f" (the last of {len(self._ports_tried)} ports tried)"
         else:
             why += " (the port was given, not chosen by servesweep: not retried)"
-        stop_group(self.proc, self.marker, 10.0)
+        self._stop_engine(10.0)
         with open(self.log_path, "a") as f:
             f.write(f"\n[servesweep] {why}\n")
         return self._fail(FailureClass.PORT_IN_USE, why)
@@ -362,14 +392,29 @@ class EngineHostCore:
                            returncode=None if self.proc is None else self.proc.returncode,
                            events=_event_summary(self.events), log_tail=self.log_tail())
 
+    def hold_level(self, concurrency: int, seconds: float) -> LevelResult:
+        """Sim hold mode (``sim.hold_s``): the level waits, measures nothing and says so."""
+        from actors.sim.hold import held_level
+
+        return held_level(concurrency, seconds)
+
     def stop(self, timeout_s: float = 30.0) -> StopResult:
         with self._lock:
             self._stopping = True
         if not self.adapter.launches_process:
             return StopResult()
-        result = StopResult.model_validate(stop_group(self.proc, self.marker, timeout_s))
+        result = StopResult.model_validate(self._stop_engine(timeout_s))
+        self.watch.close()
+        if self.cgroup is not None and not result.leftovers:
+            self.cgroup.remove()
         self._read_log()
         return result
+
+    def _stop_engine(self, timeout_s: float) -> dict:
+        """Stop the engine's group, its marked processes, its tracked descendants and its
+        cgroup's members (``procs.stop_group``)."""
+        return stop_group(self.proc, self.marker, timeout_s, tracked=self.watch.pids,
+                          cgroup=self.cgroup)
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -413,7 +458,14 @@ def _event_summary(events: list[LogEvent]) -> list[dict[str, Any]]:
     return [{"kind": e.kind, **e.data} for e in keep]
 
 
+class _ActorHost(EngineHostCore):
+    """The host in its own Ray worker process: a child subreaper."""
+
+    def __init__(self, trial: dict, ctx: dict):
+        super().__init__(trial, ctx, subreaper=True)
+
+
 #: threaded (``stop`` may run while ``wait_ready`` waits); Ray's stubs lack the actor
 #: options ``max_concurrency`` takes, hence the ignore
-EngineHost = ray.remote(num_cpus=0, max_concurrency=4)(EngineHostCore)  # type: ignore[call-overload]
+EngineHost = ray.remote(num_cpus=0, max_concurrency=4)(_ActorHost)  # type: ignore[call-overload]
 

@@ -3,7 +3,10 @@
 Every server runs in its own session (so its process group is its own) with
 ``SERVESWEEP_MARKER=<sweep-id>/<trial-key>`` in its environment. Children
 inherit the variable, so a scan of /proc finds every process of a trial even
-after the leader died or the driver that started it is gone.
+after the leader died or the driver that started it is gone. A process that calls
+``setsid`` and clears its environment has neither: the host tracks those as its own
+descendants (``actors.proctree``, a child subreaper) or by their cgroup
+(``actors.cgroups``), and ``stop_group`` stops them with the rest.
 
 Ports: ``choose_port`` draws an engine's port from outside the kernel's ephemeral range
 (``engine_port_range``, from /proc/sys/net/ipv4/ip_local_port_range), where no outgoing
@@ -24,7 +27,9 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from actors.cgroups import EngineCgroup
 from actors.contracts.settings import MARKER_ENV  # the marker variable; not a setting
+from actors.proctree import kill_all
 
 __all__ = ["MARKER_ENV", "spawn_group", "stop_group", "marked_processes", "reap",
            "EPHEMERAL_RANGE_FILE", "PORT_SPAN", "RAY_WORKER_PORTS", "read_port_range",
@@ -33,11 +38,14 @@ __all__ = ["MARKER_ENV", "spawn_group", "stop_group", "marked_processes", "reap"
 
 
 def spawn_group(argv: list[str], env: dict[str, str], log_path: Path, cwd: Path,
-                marker: str) -> subprocess.Popen:
-    """Start ``argv`` (a list, never a shell string) in a new session, output to ``log_path``."""
+                marker: str, cgroup: EngineCgroup | None = None) -> subprocess.Popen:
+    """Start ``argv`` (a list, never a shell string) in a new session, output to ``log_path``;
+    inside ``cgroup`` when one is given (``EngineCgroup.wrap``)."""
     full_env = dict(os.environ)
     full_env.update(env)
     full_env[MARKER_ENV] = marker
+    if cgroup is not None:
+        argv = cgroup.wrap(argv, full_env.get("PATH"))
     log = open(log_path, "ab", buffering=0)  # noqa: SIM115  closed when the process is reaped
     try:
         return subprocess.Popen(argv, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL,
@@ -80,39 +88,68 @@ def _signal_groups(pgids: set[int], sig: int) -> None:
             pass
 
 
-def stop_group(proc: subprocess.Popen | None, marker: str, timeout_s: float = 30.0) -> dict:
+#: pid -> start time of processes to stop besides the marked ones (``proctree``)
+Tracked = Callable[[], dict[int, int]]
+
+
+def _left(proc: subprocess.Popen | None, marker: str, tracked: Tracked | None,
+          cgroup: EngineCgroup | None) -> set[int]:
+    """What is alive of the trial: marked processes, tracked ones, the cgroup's members."""
+    left = {pid for pid, _, _ in marked_processes(marker)}
+    if tracked is not None:
+        left |= set(tracked())
+    if cgroup is not None:
+        left |= set(cgroup.pids())
+    if proc is not None and proc.poll() is None:
+        left.add(proc.pid)
+    return left
+
+
+def _signal_all(pgids: set[int], tracked: Tracked | None, cgroup: EngineCgroup | None,
+                sig: int) -> None:
+    _signal_groups(pgids, sig)
+    if tracked is not None:
+        kill_all(tracked(), sig)  # each checked by its start time before the signal
+    if cgroup is not None:
+        cgroup.signal(sig)
+
+
+def stop_group(proc: subprocess.Popen | None, marker: str, timeout_s: float = 30.0,
+               tracked: Tracked | None = None, cgroup: EngineCgroup | None = None) -> dict:
     """SIGTERM the trial's groups, wait up to ``timeout_s``, SIGKILL what is left, verify.
 
+    The trial's processes: those carrying ``marker`` and their process groups, the
+    leader ``proc``, what ``tracked`` names (the host's descendants, which may have left
+    the group and dropped the marker) and the members of ``cgroup`` (the caller removes it).
     Returns ``{"returncode", "killed": bool, "leftovers": [pids]}``; leftovers is
-    empty when nothing carrying ``marker`` survives.
+    empty when nothing of the trial survives.
     """
     pgids = {pg for _, pg, _ in marked_processes(marker)}
     if proc is not None and proc.poll() is None:
         pgids.add(proc.pid)  # the leader's pgid is its pid (new session)
-    _signal_groups(pgids, signal.SIGTERM)
+    _signal_all(pgids, tracked, cgroup, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     killed = False
     while time.monotonic() < deadline:
-        if proc is not None:
-            proc.poll()
-        if not marked_processes(marker) and (proc is None or proc.returncode is not None):
+        if not _left(proc, marker, tracked, cgroup):
             break
         time.sleep(0.1)
     else:
         killed = True
         pgids |= {pg for _, pg, _ in marked_processes(marker)}
-        _signal_groups(pgids, signal.SIGKILL)
+        _signal_all(pgids, tracked, cgroup, signal.SIGKILL)
         if proc is not None:
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
     for _ in range(50):  # SIGKILL is asynchronous: give the kernel a moment
-        if not marked_processes(marker):
+        if not _left(proc, marker, tracked, cgroup):
             break
         time.sleep(0.1)
+    left = _left(proc, marker, tracked, cgroup)
     return {"returncode": None if proc is None else proc.poll(), "killed": killed,
-            "leftovers": [pid for pid, _, _ in marked_processes(marker)]}
+            "leftovers": sorted(left)}
 
 
 def reap(prefix: str, timeout_s: float = 10.0) -> list[int]:

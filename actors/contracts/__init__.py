@@ -9,6 +9,8 @@ the project (checked by tests/unit/test_layers.py).
 - ``applied``: ``AppliedConfig``, what a server reports it runs with (common fields in
   one vocabulary, engine-specific ``facts``), read by its adapter.
 - ``kv``: ``KvPool``, the KV cache pool a server's log states (``EngineAdapter.kv_pool``).
+- ``reaping``: ``ReapTarget`` (an engine launch to stop on its node) and ``NodeReap``
+  (what a node's reaper stopped).
 - ``hardware``: the accelerator catalog (``hardware.yaml``, plus a user file).
 - ``shapes``: model shapes (presets, or a model's ``config.json``).
 - ``settings``: every ``SERVESWEEP_*`` environment variable (``settings()``), and the

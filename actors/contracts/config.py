@@ -190,6 +190,12 @@ class SimOptions(Frozen):
     # per-profile field overrides, e.g. what `servesweep calibrate` fitted:
     #   profiles: {vllm: {gemm_eff: 0.66, mem_eff: 0.71}}
     profiles: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # hold mode, for measuring the scheduler, never an engine: each level of a sim trial is
+    # ``hold_s`` wall-clock seconds of idle waiting (no request sent, no CPU; not scaled by
+    # ``time_scale``) after the sim server started and answered its health check. Such a
+    # level is ``invalid`` and flagged ``held`` (reason "hold mode ..."): a hold-mode trial
+    # ends ``invalid``, is never a winner and carries no numbers (actors/sim/hold.py)
+    hold_s: float | None = Field(default=None, gt=0)
 
     @field_validator("profiles")
     @classmethod

@@ -33,7 +33,12 @@ class LaunchInfo(_Message):
     marker: str = ""  # in the server's environment: finds its processes later
     pid: int | None = None  # None: nothing launched (external) or the launch failed
     pgid: int | None = None
+    #: the leader's start time (field 22 of /proc/<pid>/stat): tells it from a process
+    #: that reuses its pid later
+    start_time: int | None = None
+    cgroup: str | None = None  # the engine's own cgroup, where the node allows one
     gpu_ids: list[str] = Field(default_factory=list)
+    gpu_model: str | None = None  # the GPUs' model (nvidia-smi, else Ray's accelerator type)
     failure: FailureClass | None = None
     message: str = ""
 

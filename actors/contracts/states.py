@@ -47,6 +47,9 @@ class LevelFlag(enum.StrEnum):
     ITL_SPREAD = "itl_spread"
     UNPACED = "unpaced"  # sim at time scale 0: latencies are not real
     SIM_BEHIND = "sim_behind"  # the sim could not keep its time scale on this host
+    #: sim hold mode (``sim.hold_s``): the level only waited, nothing was measured (the
+    #: level is invalid too)
+    HELD = "held"
     #: read back only: results written before 2026-11-30 (chunk counts reconciled to usage)
     USAGE_RECONCILED = "usage_reconciled"
 

@@ -26,10 +26,11 @@ from actors.contracts.config import (
     Workload,
 )
 from actors.contracts.kv import KvPool
+from actors.engines.deploy import Deployment
 from actors.engines.extras import Extras, check_extras, parse_extras
 
-__all__ = ["EngineAdapter", "Extras", "LaunchContext", "LaunchPlan", "LogEvent", "MetricsSample",
-           "last_event", "nonce_alias", "parse_prometheus", "redact"]
+__all__ = ["Deployment", "EngineAdapter", "Extras", "LaunchContext", "LaunchPlan", "LogEvent",
+           "MetricsSample", "last_event", "nonce_alias", "parse_prometheus", "redact"]
 
 
 _SECRET_ENV = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD)", re.I)
@@ -289,6 +290,26 @@ class EngineAdapter(abc.ABC):
         ``/v1/models`` beside ``served_model_name``; None: the engine echoes no nonce (or
         no nonce was given). See "Ports and the proof" above."""
         return None
+
+    # -- deploying what was measured --------------------------------------------------------
+    def deployment(self, trial: TrialConfig, ctx: LaunchContext,
+                   measured_argv: list[str] | None = None) -> Deployment:
+        """``trial``'s server as an operator deploys it (``actors.engines.deploy``).
+
+        Contract: pure (no process, no network, reads at most a local checkpoint's
+        config like ``build_launch``). ``argv`` is the engine's own CLI form (``vllm serve
+        MODEL ...``), never the benchmark node's interpreter; it keeps every serving
+        setting of the trial and the spec (TP, precisions, graphs, batching limits,
+        memory fraction, a served name the spec set, ``launch.env`` with secrets as
+        ``${NAME}`` references) and lists in ``removed`` each benchmark-only one with why
+        (host and port, a max model length the workload implied but the spec did not set,
+        the nonce alias, log/cache paths, the bench node's offline switches).
+        ``measured_argv`` (the redacted argv the trial recorded) is compared with what the
+        adapter renders now: a difference goes to ``drift`` and clears ``measured_form``.
+        ``engine_kwargs`` is set only where Ray Serve LLM runs the engine; other forms
+        (a Triton repository) come in ``forms``. Engines with nothing to deploy return
+        ``Deployment.nothing`` saying why. Default: not exportable."""
+        return Deployment.nothing(self.name, f"servesweep cannot export engine {self.name!r}")
 
     # -- reading the server -----------------------------------------------------------------
     def parse_log_line(self, line: str) -> list[LogEvent]:

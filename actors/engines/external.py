@@ -7,6 +7,7 @@ from typing import Literal
 
 from actors.contracts.config import SpaceEntry, TrialConfig
 from actors.engines.base import EngineAdapter, Extras, LaunchContext, LaunchPlan, MetricsSample
+from actors.engines.deploy import Deployment
 from actors.engines.registry import register
 from actors.engines.vllm_log import parse_vllm_metrics
 
@@ -47,6 +48,14 @@ class ExternalAdapter(EngineAdapter):
     def build_launch(self, trial: TrialConfig, ctx: LaunchContext) -> LaunchPlan:
         key = os.environ.get(ctx.launch.api_key_env) if ctx.launch.api_key_env else None
         return LaunchPlan(base_url=(ctx.launch.base_url or "").rstrip("/"), api_key=key)
+
+    def deployment(self, trial: TrialConfig, ctx: LaunchContext,
+                   measured_argv: list[str] | None = None) -> Deployment:
+        """Nothing: servesweep did not start this server and does not know its settings."""
+        return Deployment.nothing(self.name, (
+            f"nothing to deploy: the sweep measured an endpoint it did not start "
+            f"({ctx.launch.base_url or 'launch.base_url'}); its configuration is whatever "
+            "that server runs, which servesweep neither set nor read"))
 
     def parse_metrics(self, text: str, t: float) -> MetricsSample:
         return parse_vllm_metrics(text, t)  # vLLM-style names when the server has them

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from actors.contracts.applied import AppliedConfig
-from actors.contracts.config import SpaceEntry, TrialConfig
+from actors.contracts.config import LaunchOptions, ModelSpec, SpaceEntry, TrialConfig
 from actors.contracts.hardware import get_hardware
 from actors.contracts.kv import KvPool
 from actors.contracts.shapes import load_shape
@@ -24,8 +24,9 @@ from actors.engines.base import (
     last_event,
     nonce_alias,
 )
+from actors.engines.deploy import NOT_MEASURED, Deployment, Removed
 from actors.engines.extras import check_extras
-from actors.engines.registry import register
+from actors.engines.registry import adapter_names, get_adapter, register
 from actors.engines.trtllm import fp8_unsupported
 from actors.engines.trtllm_log import parse_trtllm_line, trtllm_kv_pool
 from actors.engines.vllm_log import (
@@ -124,6 +125,38 @@ class SimAdapter(EngineAdapter):
 
     def identity_name(self, ctx: LaunchContext) -> str | None:
         return nonce_alias(ctx)  # listed at /v1/models beside the served name
+
+    def deployment(self, trial: TrialConfig, ctx: LaunchContext,
+                   measured_argv: list[str] | None = None) -> Deployment:
+        """The engine the trial's profile imitates (the adapter whose ``sim_profile`` it
+        is), deployed with the trial's settings; marked not measured in this form: the
+        sweep measured the performance model, not that engine. A preset has no weights:
+        the command names ``/models/<preset>`` for the operator to fill."""
+        profile = self._profile(trial)
+        target = next((get_adapter(n) for n in adapter_names()
+                       if get_adapter(n).sim_profile == profile
+                       and get_adapter(n).launches_process and n != self.name), None)
+        if target is None:
+            return Deployment.nothing(self.name, f"no engine is imitated by sim profile "
+                                                 f"{profile!r}: nothing to deploy")
+        removed = [Removed(setting=f"extras.{k}={v}", why="the sim's own option (fault "
+                           "injection or step-time jitter), not a server setting")
+                   for k, v in sorted(trial.extras.items())]
+        real = trial.model_copy(update={"engine": target.name, "profile": None, "extras": {}})
+        model = ctx.model if ctx.model.path else ModelSpec(
+            path=f"/models/{ctx.model.preset}", served_name=ctx.model.served_name)
+        launch = LaunchOptions(env=ctx.launch.env, release=ctx.launch.release)
+        dep = target.deployment(real, ctx.model_copy(update={"model": model,
+                                                             "launch": launch}))
+        note = (f"{NOT_MEASURED} (simulated): the sweep measured servesweep's performance "
+                f"model imitating {target.name} (sim profile {profile!r}), not "
+                f"{target.name} itself; the numbers are predictions for this command"
+                + (f"; the model was the shape preset {ctx.model.preset!r}: put its "
+                   f"weights at {model.path}" if ctx.model.preset else ""))
+        forms = [f.model_copy(update={"measured_form": False}) for f in dep.forms]
+        return dep.model_copy(update={"measured_engine": self.name, "measured_form": False,
+                                      "note": note, "removed": removed + dep.removed,
+                                      "forms": forms, "drift": []})
 
     def server_config(self, trial: TrialConfig, ctx: LaunchContext) -> SimServerConfig:
         shape = load_shape(ctx.model.preset, ctx.model.path)

@@ -41,7 +41,9 @@ from actors.engines.base import (
     LogEvent,
     MetricsSample,
 )
+from actors.engines.deploy import Deployment
 from actors.engines.registry import register
+from actors.engines.trtllm_deploy import trtllm_deployment
 from actors.engines.trtllm_log import (
     DEFAULT_TOKENS_PER_BLOCK,
     KV_POOL_LINES,
@@ -188,6 +190,14 @@ class TrtllmAdapter(EngineAdapter):
             argv += [release.served_name_flag, ctx.model.served_name]
         return LaunchPlan(argv=argv, env=dict(ctx.launch.env), files={OPTIONS_FILE: text},
                           port=ctx.port)
+
+    def deployment(self, trial: TrialConfig, ctx: LaunchContext,
+                   measured_argv: list[str] | None = None) -> Deployment:
+        """``trtllm-serve MODEL ...`` with its options YAML as the trial ran them, less the
+        benchmark-only settings, and a Triton repository (``actors.engines.trtllm_deploy``)."""
+        plan = self.build_launch(trial, ctx)
+        return trtllm_deployment(trial, ctx, plan, self.limits(trial, ctx),
+                                 resolve_release(ctx.launch.release), measured_argv)
 
     def parse_log_line(self, line: str) -> list[LogEvent]:
         return parse_trtllm_line(line)

@@ -39,7 +39,9 @@ from actors.engines.base import (
     MetricsSample,
     nonce_alias,
 )
+from actors.engines.deploy import Deployment
 from actors.engines.registry import register
+from actors.engines.vllm_deploy import vllm_deployment
 from actors.engines.vllm_log import (
     DEFAULT_BLOCK_SIZE,
     KV_POOL_LINES,
@@ -257,6 +259,13 @@ class VllmAdapter(EngineAdapter):
 
     def identity_name(self, ctx: LaunchContext) -> str | None:
         return nonce_alias(ctx)  # a second --served-model-name
+
+    def deployment(self, trial: TrialConfig, ctx: LaunchContext,
+                   measured_argv: list[str] | None = None) -> Deployment:
+        """``vllm serve MODEL ...`` as the trial ran it, less the benchmark-only settings,
+        and the same flags as Ray Serve LLM ``engine_kwargs`` (``actors.engines.vllm_deploy``)."""
+        plan = self.build_launch(trial, ctx.model_copy(update={"nonce": ""}))
+        return vllm_deployment(trial, ctx, plan, measured_argv)
 
     # -- reading the server -----------------------------------------------------------------
     def parse_log_line(self, line: str) -> list[LogEvent]:

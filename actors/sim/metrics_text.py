@@ -17,6 +17,10 @@ def render_metrics(cfg, engine: SimEngine, mem: MemoryPlan, behind_s: float = 0.
         ("counter", "vllm:num_preemptions_total", lab, engine.preemptions_total),
         ("counter", "vllm:prompt_tokens_total", lab, engine.prompt_tokens_total),
         ("counter", "vllm:generation_tokens_total", lab, engine.generation_tokens_total),
+        # vLLM's prefix cache counters: prompt tokens looked up, and found cached
+        ("counter", "vllm:prefix_cache_queries_total", lab,
+         engine.cache.queries if engine.cache else 0),
+        ("counter", "vllm:prefix_cache_hits_total", lab, engine.cache.hits if engine.cache else 0),
         ("gauge", "vllm:cache_config_info",
          f'block_size="{mem.block_size}",cache_dtype="{cfg.settings.kv_dtype}",'
          f'engine="0",num_gpu_blocks="{mem.blocks}"', 1.0),

@@ -1,104 +1,40 @@
 """The sim's performance model: engine profiles, memory plan and step time.
 
 Step time is a roofline (GEMM and attention FLOPs against weight and KV bytes
-moved, each with an efficiency factor per profile) plus per-iteration launch
-overhead that CUDA graphs cut (only for batches up to the graph max batch
-size, padded to a captured size) plus a TP all-reduce per layer with a
-bandwidth term and a small-message latency floor. Everything here is pure
-arithmetic: no clocks, no I/O.
+moved, each with an efficiency factor per profile) plus a TP all-reduce per
+layer (a bandwidth term and a small-message latency floor), plus the
+per-iteration launch cost, part of which hides behind the GPU's work (launches
+are asynchronous: ``launch_overlap``): full CUDA graphs for decode-only batches
+up to the graph max batch size (padded to a captured size), piecewise graphs
+for other steps where the engine captures them (vLLM), eager launches
+otherwise; plus CPU time per iteration and per sequence. Everything here is pure
+arithmetic: no clocks, no I/O. The profiles, and which of their numbers are fitted
+and which are physical, are in ``actors.sim.profiles``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from actors.contracts.hardware import BYTES, GIB, Hardware
 from actors.contracts.shapes import ModelShape
+from actors.sim.profiles import (
+    DEFAULT_PROFILE,
+    ENGINE_FIXED,
+    FITTABLE,
+    FITTED,
+    PHYSICAL,
+    PROFILES,
+    EngineProfile,
+    get_profile,
+)
 
-__all__ = ["EngineProfile", "PROFILES", "DEFAULT_PROFILE", "get_profile", "FITTABLE", "SimConfig",
-           "MemoryPlan", "plan_memory", "StepModel", "BatchShape", "graph_sizes"]
-
-
-class EngineProfile(BaseModel):
-    """How one engine family behaves where real engines differ.
-
-    ``calibrate`` fits the efficiency and overhead fields to measured trials.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    admission: Literal["guaranteed_no_evict", "preempt_recompute"]
-    block_size: int
-    chunked_prefill: bool
-    default_max_num_seqs: int
-    default_max_num_tokens: int
-    default_graph_max_batch: int
-    gemm_eff: float = Field(gt=0, le=1)
-    mem_eff: float = Field(gt=0, le=1)
-    eager_us_per_layer: float = Field(ge=0)  # launch cost per layer per iteration, no graphs
-    graph_us_per_layer: float = Field(ge=0)  # the same, replaying a captured graph
-    sched_us_per_seq: float = Field(ge=0)  # CPU scheduling cost per running sequence
-    # bandwidth achieved streaming FP8 weights relative to BF16 (small-batch FP8 GEMMs do not
-    # reach the bandwidth roofline): vLLM 0.26 on an H200 decoded 8B FP8 at 3.36 ms vs
-    # 4.77 ms BF16, 1.42x where halving the bytes would give ~1.9x
-    fp8_weight_eff: float = Field(default=0.72, gt=0, le=1)
-    # a new request reaches the scheduler this long after it arrived, per sequence running
-    # then (the HTTP front end streams every running sequence's tokens and admits new
-    # requests in between); requests keep their order. vLLM 0.26 on an H200, 8B, 512 in /
-    # 256 out: 0.3 ms gives its TTFT p50 at c = 8, 32 and 128 (otherwise 2-5x too low)
-    admit_us_per_running: float = Field(default=300, ge=0)
-    activation_reserve_gib: float = Field(ge=0)
-    graph_pool_gib: float = Field(ge=0)  # memory CUDA graphs keep when on
-
-
-# Default factors: mem_eff and the vLLM overheads match vLLM 0.26 on an H200 (8B, c=1: 4.6 ms
-# TPOT with graphs, 17.7 ms eager). The GEMM efficiencies are chosen so that TensorRT-LLM
-# leads at low-to-mid concurrency (leaner launches, better bandwidth use) and vLLM at high
-# concurrency (prefill-heavy, compute-bound steps), the crossover the seed article measured
-# on 4xH100. They are starting points: `servesweep calibrate` fits them to measured trials.
-PROFILES: dict[str, EngineProfile] = {
-    # vLLM V1: preempts and recomputes, 16-token blocks, chunked prefill, graphs captured
-    # up to 512; eager mode pays PyTorch launch costs (H200 8B: 17.7 ms vs 4.6 ms TPOT).
-    "vllm": EngineProfile(
-        name="vllm", admission="preempt_recompute", block_size=16, chunked_prefill=True,
-        default_max_num_seqs=256, default_max_num_tokens=8192, default_graph_max_batch=512,
-        gemm_eff=0.72, mem_eff=0.75, eager_us_per_layer=380, graph_us_per_layer=12,
-        sched_us_per_seq=12, activation_reserve_gib=0.8, graph_pool_gib=0.4),
-    # TensorRT-LLM (PyTorch backend): GUARANTEED_NO_EVICT, 32-token blocks, no chunked
-    # prefill by default, graphs up to batch 128 unless configured, leaner C++ runtime.
-    "trtllm": EngineProfile(
-        name="trtllm", admission="guaranteed_no_evict", block_size=32, chunked_prefill=False,
-        default_max_num_seqs=2048, default_max_num_tokens=8192, default_graph_max_batch=128,
-        gemm_eff=0.58, mem_eff=0.82, eager_us_per_layer=220, graph_us_per_layer=6,
-        sched_us_per_seq=20, activation_reserve_gib=0.8, graph_pool_gib=0.4),
-}
-
-#: The profile of a sim trial whose space entry names none, and the one that forecasts an
-#: engine no profile imitates.
-DEFAULT_PROFILE = "vllm"
-
-#: Profile fields ``calibrate`` fits (and ``sim.profiles`` may override).
-FITTABLE = ("gemm_eff", "mem_eff", "eager_us_per_layer", "graph_us_per_layer", "sched_us_per_seq",
-            "fp8_weight_eff", "admit_us_per_running")
-
-
-def get_profile(name: str, overrides: dict[str, float] | None = None) -> EngineProfile:
-    """A named profile with optional field overrides (e.g. from ``servesweep calibrate``)."""
-    if name not in PROFILES:
-        raise KeyError(f"unknown sim profile {name!r}; known: {', '.join(sorted(PROFILES))}")
-    prof = PROFILES[name]
-    if overrides:
-        unknown = set(overrides) - set(FITTABLE)
-        if unknown:
-            raise ValueError(f"profile fields {sorted(unknown)} cannot be overridden; "
-                             f"use {', '.join(FITTABLE)}")
-        prof = EngineProfile.model_validate({**prof.model_dump(), **overrides})
-    return prof
+__all__ = ["EngineProfile", "PROFILES", "DEFAULT_PROFILE", "get_profile", "FITTABLE", "FITTED",
+           "ENGINE_FIXED", "PHYSICAL", "SimConfig", "MemoryPlan", "plan_memory", "StepModel",
+           "BatchShape", "graph_sizes"]
 
 
 class SimConfig(BaseModel):
@@ -208,8 +144,12 @@ class StepModel:
         self._head_flops = 2 * embed / tp
         self._attn_flops_per_ctx = 4 * shape.attn_layers * shape.heads * shape.head_dim / tp
         self._kv_per_token = shape.kv_bytes_per_token(_bytes(cfg.kv_dtype), tp)
+        if cfg.kv_dtype == "fp8":  # read at a lower share of the bandwidth (dequantised)
+            self._kv_per_token /= profile.fp8_kv_eff
         self._state_per_seq = shape.state_bytes_per_seq(tp)
         self._peak = hw.peak_flops(cfg.weights) * profile.gemm_eff
+        if cfg.weights == "fp8" and hw.supports("fp8"):
+            self._peak *= profile.fp8_gemm_eff
         self._attn_peak = hw.peak_flops("bf16") * profile.gemm_eff
         self._bw = hw.hbm_tb_s * 1e12 * profile.mem_eff
 
@@ -222,12 +162,16 @@ class StepModel:
                 return size
         return None
 
-    def overhead(self, b: BatchShape) -> float:
-        """Launch plus scheduling cost of one iteration, seconds."""
-        layers = self.shape.layers
-        graphed = b.prefill_tokens == 0 and self.padded(b.decode_seqs) is not None
-        per_layer = self.profile.graph_us_per_layer if graphed else self.profile.eager_us_per_layer
-        return (layers * per_layer + b.seqs * self.profile.sched_us_per_seq) * 1e-6
+    def launch_us_per_layer(self, b: BatchShape) -> float:
+        """Launch cost per layer of one iteration: a full graph for a decode-only batch the
+        graphs hold, piecewise graphs for any other step where the engine captures them
+        (graphs on), else eager launches."""
+        p = self.profile
+        if b.prefill_tokens == 0 and self.padded(b.decode_seqs) is not None:
+            return p.graph_us_per_layer
+        if self.cfg.cuda_graphs and p.piecewise_graphs:
+            return p.piecewise_us_per_layer
+        return p.eager_us_per_layer + (self.cfg.tp - 1) * p.eager_tp_us_per_layer
 
     def allreduce(self, tokens: int) -> float:
         tp = self.cfg.tp
@@ -235,7 +179,7 @@ class StepModel:
             return 0.0
         msg = tokens * self.shape.hidden * 2
         # the catalog's floor is for 2 GPUs; a ring-like algorithm adds hops as tp grows
-        floor = self.hw.allreduce_floor_us * 1e-6 * tp / 2
+        floor = (self.hw.allreduce_floor_us * tp / 2 + self.profile.allreduce_us) * 1e-6
         wire = 2 * (tp - 1) / tp * msg / (self.hw.link_gb_s * 1e9)
         return 2 * self.shape.layers * (floor + wire)
 
@@ -254,5 +198,36 @@ class StepModel:
         attn = self._attn_flops_per_ctx * (b.decode_ctx + b.prefill_attn) / self._attn_peak
         moved = (body + self._embed_bytes + (b.decode_ctx + b.prefill_tokens) * self._kv_per_token
                  + b.seqs * self._state_per_seq)
-        roof = max(gemm + attn, moved / self._bw)
-        return roof + self.overhead(b) + self.allreduce(tokens)
+        gpu = max(gemm + attn, moved / self._bw) + self.allreduce(tokens)
+        launch = self.shape.layers * self.launch_us_per_layer(b) * 1e-6
+        # kernels launch asynchronously: the CPU issues the next while the GPU runs this one,
+        # so the shorter of (GPU time, launch time) hides behind the longer, in part
+        hidden = self.profile.launch_overlap * min(gpu, launch)
+        cpu = (b.seqs * self.profile.sched_us_per_seq + self.profile.step_us) * 1e-6
+        return gpu + launch - hidden + cpu
+
+    def decode_steps(self, batch: int, ctx: int, count: int) -> list[float]:
+        """``step_time`` of ``count`` decode-only iterations of ``batch`` sequences whose
+        context starts at ``ctx`` and grows by ``batch`` each (the constant terms once)."""
+        first = BatchShape(decode_seqs=batch, decode_ctx=ctx)
+        pad = self.padded(batch)
+        tokens = pad if pad is not None else batch
+        body = self._body_bytes
+        if self.shape.experts:
+            touched = min(1.0, tokens * self.shape.experts_per_token / self.shape.experts)
+            body *= 0.3 + 0.7 * touched
+        gemm = (tokens * self._flops_per_token + batch * self._head_flops) / self._peak
+        attn_c = self._attn_flops_per_ctx / self._attn_peak
+        base = body + self._embed_bytes + batch * self._state_per_seq
+        kv, bw = self._kv_per_token, self._bw
+        ar = self.allreduce(tokens)
+        launch = self.shape.layers * self.launch_us_per_layer(first) * 1e-6
+        overlap = self.profile.launch_overlap
+        sched = (batch * self.profile.sched_us_per_seq + self.profile.step_us) * 1e-6
+        out = []
+        for i in range(count):
+            c = ctx + i * batch
+            gpu = max(gemm + attn_c * c, (base + c * kv) / bw) + ar
+            out.append(gpu + launch - overlap * min(gpu, launch) + sched)
+        return out
+

@@ -13,6 +13,10 @@ Admission policies:
 - ``preempt_recompute`` (vLLM): admitted when its next prefill chunk fits;
   blocks are taken as the sequence grows; when none are free the newest
   running sequence is preempted, its blocks freed, and it later recomputes.
+
+With the profile's ``prefix_caching`` a request whose prompt's token ids are known
+starts its prefill after the leading blocks already cached (``actors.sim.prefix_cache``);
+the blocks it computes are cached for the next.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from actors.sim.perf import BatchShape, EngineProfile, MemoryPlan, StepModel
+from actors.sim.prefix_cache import PrefixCache, block_hashes
 
 __all__ = ["Seq", "StepOutcome", "SimEngine"]
 
@@ -44,6 +49,11 @@ class Seq:
     first_token_at: float | None = None
     finished_at: float | None = None
     user: object = field(default=None, repr=False)  # the server's per-request handle
+    hashes: list[int] = field(default_factory=list, repr=False)  # full prompt blocks' hashes
+    held: list[int] = field(default_factory=list, repr=False)  # cached blocks it holds
+    cached_upto: int = 0  # leading prompt blocks looked up or registered so far
+    last_token_at: float | None = None  # when it last produced a token
+    prev_token_at: float | None = None  # the token before that (its last inter-token gap)
 
     @property
     def target_len(self) -> int:
@@ -71,6 +81,7 @@ class SimEngine:
         self.model, self.memory, self.profile = step_model, memory, profile
         self.max_num_seqs, self.max_num_tokens = max_num_seqs, max_num_tokens
         self.free_blocks = memory.blocks
+        self.cache = PrefixCache(memory.block_size) if profile.prefix_caching else None
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.now = 0.0
@@ -86,15 +97,19 @@ class SimEngine:
 
     # -- requests ---------------------------------------------------------------------------
     def add(self, rid: str, prompt_len: int, max_tokens: int, user: object = None,
-            arrival: float | None = None) -> Seq:
+            arrival: float | None = None, prompt_ids: list[int] | None = None) -> Seq:
         """A request arrives at ``arrival`` (default now; a server placing it inside the step
         in progress gives a time within it); the scheduler sees it after the front end's
-        delay (``admit_us_per_running`` x running sequences), in arrival order."""
+        delay (``frontend_us`` + ``admit_us_per_running`` x running sequences), in arrival
+        order. ``prompt_ids`` (the prompt's tokens) let the prefix cache find it."""
         at = self.now if arrival is None else min(max(arrival, self.step_started), self.now)
-        delay = self.profile.admit_us_per_running * 1e-6 * len(self.running)
+        prof = self.profile
+        delay = (prof.frontend_us + prof.admit_us_per_running * len(self.running)) * 1e-6
         visible = max(at + delay, self._last_visible)
         self._last_visible = visible
         seq = Seq(rid, prompt_len, max_tokens, arrival=at, visible_at=visible, user=user)
+        if self.cache is not None and prompt_ids:
+            seq.hashes = block_hashes(prompt_ids, self.memory.block_size)
         self.waiting.append(seq)
         return seq
 
@@ -130,8 +145,15 @@ class SimEngine:
 
     # -- blocks -----------------------------------------------------------------------------
     def _release(self, seq: Seq) -> None:
-        self.free_blocks += seq.blocks
+        if self.cache is not None:
+            for h in seq.held:  # still cached: free, but found by the next lookup
+                self.free_blocks += self.cache.release(h)
+            self.free_blocks += seq.blocks - len(seq.held)
+        else:
+            self.free_blocks += seq.blocks
         seq.blocks = 0
+        seq.held = []
+        seq.cached_upto = 0
 
     def _grow(self, seq: Seq, tokens: int) -> bool:
         need = self.memory.blocks_for(tokens) - seq.blocks
@@ -141,7 +163,36 @@ class SimEngine:
             return False
         self.free_blocks -= need
         seq.blocks += need
+        if self.cache is not None:  # fresh blocks overwrite the oldest cached free ones
+            self.cache.evict_to(self.free_blocks)
         return True
+
+    def _lookup(self, seq: Seq) -> int:
+        """Leading prompt blocks of a waiting request found in the prefix cache."""
+        if self.cache is None or not seq.hashes:
+            return 0
+        return self.cache.match(seq.hashes, seq.prompt_len)
+
+    def _take_cached(self, seq: Seq, hit: int) -> None:
+        """Hold the ``hit`` cached leading blocks; the prefill starts after them."""
+        assert self.cache is not None
+        for h in seq.hashes[:hit]:
+            self.free_blocks -= self.cache.acquire(h)
+        seq.held = list(seq.hashes[:hit])
+        seq.blocks = hit
+        seq.cached_upto = hit
+        seq.computed = hit * self.memory.block_size
+        if seq.preemptions == 0:  # vLLM counts a preempted request's lookups apart
+            self.cache.record(seq.prompt_len, seq.computed)
+
+    def _register(self, seq: Seq) -> None:
+        """Cache the prompt blocks ``seq`` has now computed in full."""
+        assert self.cache is not None
+        full = min(min(seq.computed, seq.prompt_len) // self.memory.block_size, len(seq.hashes))
+        for h in seq.hashes[seq.cached_upto:full]:
+            if self.cache.register(h):
+                seq.held.append(h)
+        seq.cached_upto = max(seq.cached_upto, full)
 
     def _preempt_for(self, seq: Seq, tokens: int) -> bool:
         """Free blocks by preempting the newest other running sequences until ``seq`` fits."""
@@ -188,13 +239,22 @@ class SimEngine:
             seq = self.waiting[0]
             if seq.visible_at > self.now:
                 break  # still in the front end
-            remaining = seq.target_len - seq.computed
+            hit = self._lookup(seq)
+            start = hit * bs
+            remaining = seq.target_len - start
             n = min(remaining, budget) if self.profile.chunked_prefill else remaining
             if n > budget:
                 break
-            total = seq.prompt_len + seq.max_tokens if no_evict else seq.computed + n
+            total = seq.prompt_len + seq.max_tokens if no_evict else start + n
+            if hit and self.cache is not None:  # the cached blocks it takes, then fresh ones
+                fresh = self.memory.blocks_for(total) - hit
+                if fresh + self.cache.unheld(seq.hashes[:hit]) > self.free_blocks:
+                    break
+                self._take_cached(seq, hit)
             if not self._grow(seq, total):
                 break
+            if not hit and self.cache is not None and seq.hashes and seq.preemptions == 0:
+                self.cache.record(seq.prompt_len, 0)
             self.waiting.popleft()
             seq.state = "running"
             seq.admitted_at = self._admissions
@@ -203,6 +263,83 @@ class SimEngine:
             chunks.append((seq, n))
             budget -= n
         return decodes, chunks
+
+    def decode_run(self) -> tuple[list[float], list[float], int] | None:
+        """Several iterations at once where nothing changes but the context: every running
+        sequence decodes, none finishes before the last, nobody can be admitted, every block
+        needed is free. For clock-free prediction only (the server steps one at a time).
+        Returns each sequence's gap to its token in the first iteration, the durations of the
+        others (every sequence's gap there) and the batch size; None when the next iteration
+        is not such a run (call ``step``). Same results as stepping, the RNG included."""
+        run = self.running
+        batch = len(run)
+        if batch == 0:
+            return None
+        left = min(seq.max_tokens - seq.generated for seq in run) - 1  # the finish: step()
+        if left < 2:
+            return None
+        ctx = 0
+        for seq in run:
+            c = seq.computed
+            if c == 0 or c < seq.prompt_len + seq.generated - 1:
+                return None  # a prefill is due
+            ctx += c
+        horizon = float("inf")
+        if self.waiting and batch < self.max_num_seqs and batch < self.max_num_tokens:
+            head = self.waiting[0]
+            if head.visible_at > self.now:
+                horizon = head.visible_at  # steps that start before it comes are unchanged
+            elif self._admissible(head, self.max_num_tokens - batch):
+                return None  # it may be admitted now
+        bs = self.memory.block_size
+        if self.profile.admission != "guaranteed_no_evict":
+            need = sum(max(0, -(-(seq.computed + left) // bs) - seq.blocks) for seq in run)
+            if need > self.free_blocks:
+                return None
+        durations: list[float] = []
+        t = self.now
+        for d in self.model.decode_steps(batch, ctx, left):
+            if t >= horizon:
+                break
+            if self.jitter:
+                d *= 1.0 + self._rng.uniform(-self.jitter, self.jitter)
+            self.step_started = t
+            t += d
+            durations.append(d)
+        k = len(durations)
+        first_end = self.now + durations[0]
+        first_gaps = [first_end - (s.last_token_at if s.last_token_at is not None else first_end)
+                      for s in run if s.last_token_at is not None]
+        prev_end = t - durations[-1] if k > 1 else first_end
+        for seq in run:
+            if k == 1:
+                seq.prev_token_at = seq.last_token_at
+            else:
+                seq.prev_token_at = prev_end
+            seq.last_token_at = t
+            seq.computed += k
+            seq.generated += k
+            if seq.first_token_at is None:
+                seq.first_token_at = first_end
+            if seq.computed > seq.blocks * bs:
+                self._grow(seq, seq.computed)
+        self.now = t
+        self.iterations += k
+        self.generation_tokens_total += k * batch
+        return first_gaps, durations[1:], batch
+
+    def _admissible(self, seq: Seq, budget: int) -> bool:
+        """Whether the waiting ``seq`` could be admitted now, or might be (with cached blocks
+        to look up); False means not before blocks are freed (decoding only takes them)."""
+        if seq.hashes and self.cache is not None:
+            return True
+        remaining = seq.target_len - seq.computed
+        n = min(remaining, budget) if self.profile.chunked_prefill else remaining
+        if n > budget:
+            return False
+        no_evict = self.profile.admission == "guaranteed_no_evict"
+        total = seq.prompt_len + seq.max_tokens if no_evict else seq.computed + n
+        return self.memory.blocks_for(total) - seq.blocks <= self.free_blocks
 
     def step(self) -> StepOutcome | None:
         """Run one iteration; None when nothing can be scheduled."""
@@ -215,9 +352,12 @@ class SimEngine:
         if not decodes and not chunks:
             return None
         self.step_started = self.now
+        ctx = 0
+        for seq in decodes:
+            ctx += seq.computed
         shape = BatchShape(
             decode_seqs=len(decodes),
-            decode_ctx=sum(s.computed for s in decodes),
+            decode_ctx=ctx,
             prefill_tokens=sum(n for _, n in chunks),
             prefill_attn=sum(n * (s.computed + n / 2) for s, n in chunks),
             prefill_outputs=sum(1 for s, n in chunks if s.computed + n >= s.target_len),
@@ -227,23 +367,36 @@ class SimEngine:
             duration *= 1.0 + self._rng.uniform(-self.jitter, self.jitter)
         self.now += duration
         self.iterations += 1
-        for seq in decodes:
-            seq.computed += 1
         emitted = decodes.copy()
         for seq, n in chunks:
             seq.computed += n
             self.prompt_tokens_total += n
+            if seq.hashes and seq.cached_upto < len(seq.hashes):
+                self._register(seq)
             if seq.computed >= seq.target_len:
                 emitted.append(seq)
         finished: list[Seq] = []
-        for seq in emitted:
+        now = self.now
+        for seq in decodes:  # the common case, kept lean
+            seq.computed += 1
             seq.generated += 1
-            self.generation_tokens_total += 1
-            if seq.first_token_at is None:
-                seq.first_token_at = self.now
-            if seq.done:
-                seq.finished_at = self.now
+            seq.prev_token_at = seq.last_token_at
+            seq.last_token_at = now
+            if seq.first_token_at is None:  # a chunk that stopped one token short
+                seq.first_token_at = now
+            if seq.generated >= seq.max_tokens:
+                seq.finished_at = now
                 finished.append(seq)
+        for seq in emitted[len(decodes):]:  # prefills that ended: a first (or next) token
+            seq.generated += 1
+            seq.prev_token_at = seq.last_token_at
+            seq.last_token_at = now
+            if seq.first_token_at is None:
+                seq.first_token_at = now
+            if seq.generated >= seq.max_tokens:
+                seq.finished_at = now
+                finished.append(seq)
+        self.generation_tokens_total += len(emitted)
         for seq in finished:
             seq.state = "finished"
             self.running.remove(seq)

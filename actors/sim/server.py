@@ -175,7 +175,8 @@ class SimServer:
             e = self.engine
             _log(stats_line(self.cfg.profile, (e.prompt_tokens_total - p0) / (now - t0),
                             (e.generation_tokens_total - g0) / (now - t0), len(e.running),
-                            e.waiting_admitted, e.kv_usage))
+                            e.waiting_admitted, e.kv_usage,
+                            e.cache.hit_rate if e.cache else 0.0))
             self._stats_prev = (e.prompt_tokens_total, e.generation_tokens_total, now)
 
     # -- handlers ---------------------------------------------------------------------------
@@ -214,18 +215,24 @@ class SimServer:
         return web.json_response({"error": {"message": msg, "type": "BadRequestError",
                                             "code": 400}}, status=400)
 
-    def _prompt_len(self, body: dict, chat: bool) -> int | None:
+    def _prompt(self, body: dict, chat: bool) -> list[int] | None:
+        """The prompt as token ids (what the prefix cache hashes): a completion's ids as
+        sent; text is counted by words, each word's hash its id; a chat template adds a
+        few tokens per message and 3 at the end."""
         if chat:
             msgs = body.get("messages")
             if not isinstance(msgs, list) or not msgs:
                 return None
-            # a chat template adds a few tokens per message; text is counted by words
-            return sum(4 + len(str(m.get("content", "")).split()) for m in msgs) + 3
+            ids: list[int] = []
+            for m in msgs:
+                ids += [hash(("<msg>", str(m.get("role", ""))))] * 4
+                ids += [hash(w) for w in str(m.get("content", "")).split()]
+            return ids + [0, 0, 0]
         prompt = body.get("prompt")
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            return len(prompt)
+            return prompt
         if isinstance(prompt, str):
-            return max(1, len(prompt.split()))
+            return [hash(w) for w in prompt.split()] or [0]
         return None
 
     def _output_len(self, body: dict, rid: str) -> int:
@@ -243,9 +250,10 @@ class SimServer:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             return self._bad("body is not JSON")
-        plen = self._prompt_len(body, chat)
-        if plen is None:
+        prompt_ids = self._prompt(body, chat)
+        if prompt_ids is None:
             return self._bad("prompt (token ids or text) or messages required")
+        plen = len(prompt_ids)
         rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         if self.arrivals is not None:
             self.arrivals[rid] = arrived
@@ -277,7 +285,8 @@ class SimServer:
                 self.vocab, self.cfg.stream)
         else:
             sink = Sink(loop)
-        seq = self.engine.add(rid, plen, n_out, user=sink, arrival=self._sim_now())
+        seq = self.engine.add(rid, plen, n_out, user=sink, arrival=self._sim_now(),
+                              prompt_ids=prompt_ids)
         sink.seq = seq
         self.wake.set()
         try:

@@ -116,9 +116,9 @@ def oom_lines(cfg, mem: MemoryPlan) -> list[str]:
 
 
 def stats_line(profile: str, prompt_tps: float, gen_tps: float, running: int, waiting: int,
-               kv_usage: float) -> str:
+               kv_usage: float, prefix_hit_rate: float = 0.0) -> str:
     """The periodic stats line (vLLM's format for both profiles)."""
     return _vllm(f"Engine 000: Avg prompt throughput: {prompt_tps:.1f} tokens/s, Avg generation "
                  f"throughput: {gen_tps:.1f} tokens/s, Running: {running} reqs, Waiting: "
                  f"{waiting} reqs, GPU KV cache usage: {100 * kv_usage:.1f}%, Prefix cache hit "
-                 f"rate: 0.0%", who="APIServer")
+                 f"rate: {100 * prefix_hit_rate:.1f}%", who="APIServer")

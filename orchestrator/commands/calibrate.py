@@ -70,7 +70,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
               f"evaluations; mean |error| {100 * r.error_before:.1f}% -> "
               f"{100 * r.error_after:.1f}%")
         for k in r.fitted:
-            print(f"  {k:<20} {r.start[k]:>10.4g} -> {r.fitted[k]:<10.4g}")
+            note = "" if k in r.varied else "  (not constrained by these points: kept)"
+            print(f"  {k:<22} {r.start[k]:>10.4g} -> {r.fitted[k]:<10.4g}{note}")
         print(f"  {'trial':<44} {'c':>4} {'metric':<12} {'measured':>10} {'before':>10} "
               f"{'after':>10} {'err before':>10} {'err after':>9}")
         for row in r.rows:

@@ -13,6 +13,7 @@ from orchestrator.commands import (
     calibrate,
     capacity,
     compare,
+    export,
     import_sweep,
     plan,
     report,
@@ -24,7 +25,7 @@ from orchestrator.errors import EXIT_INPUT, EXIT_RUNTIME, ServesweepError, Usage
 __all__ = ["main", "build_parser", "version", "COMMANDS"]
 
 #: The command modules, in the order ``--help`` lists them.
-COMMANDS = (run, plan, report, compare, capacity, calibrate, sync, import_sweep)
+COMMANDS = (run, plan, report, export, compare, capacity, calibrate, sync, import_sweep)
 
 
 def version() -> str:

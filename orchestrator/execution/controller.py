@@ -1,8 +1,10 @@
 """The sweep controller: an explicit step loop over trials on Ray.
 
 ``step()`` is one tick: record pruned trials, start trials while the cluster
-has room (``max_concurrent_trials``), wait up to ``tick_s`` for any trial's
-in-flight ref, advance it, and fail trials whose phase deadline passed.
+has room (``max_concurrent_trials``; on GPU nodes, where ``packing`` finds a node
+for the trial's ``tp`` GPUs, largest ``tp`` first), wait up to ``tick_s`` for any
+trial's in-flight ref, advance it, and fail trials whose phase deadline passed. A
+failed attempt that is retried waits in ``retry_queue`` for room on another node.
 Every final result goes to the ledger first, then the searcher; MLflow's copy is handed
 to the ``TrackingOutbox``, which writes it off this loop and never raises into it.
 Tests drive ``step()`` directly; ``run()`` loops it and cleans up on any exit,
@@ -11,27 +13,34 @@ Ctrl-C included (every started engine process is stopped).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
 
+from actors.contracts.reaping import ReapTarget
 from actors.contracts.results import TrialResult
 from actors.contracts.shapes import ModelShape
 from actors.contracts.states import FailureClass, TrialStatus
 from actors.procs import reap
-from orchestrator.execution.cluster import Cluster, RayCluster
+from orchestrator.errors import UsageError
+from orchestrator.execution.cluster import NODE_ID_LABEL, Cluster, RayCluster
+from orchestrator.execution.packing import Packer, ordered
 from orchestrator.execution.progress import Progress
+from orchestrator.execution.reaping import REAP_TIMEOUT_S, reap_sweep
 from orchestrator.execution.trial import TrialExecution, TrialPhase
 from orchestrator.planning.plan import PlannedTrial, plan_sweep, spec_shape
 from orchestrator.planning.search import Searcher, make_searcher
 from orchestrator.results.events import AttemptFailed, Interrupted, Scheduled, Started
 from orchestrator.results.ledger import Ledger
 from orchestrator.results.outbox import TrackingOutbox
-from orchestrator.results.tracking import write_trial_files
+from orchestrator.results.records import SEARCH_PARAMS_FILE, write_trial_files
+from orchestrator.results.refit import refit_profile
 from orchestrator.spec import SweepSpec
 
 __all__ = ["SweepController", "connect_ray"]
@@ -58,6 +67,20 @@ def connect_ray(spec: SweepSpec) -> None:
                  **kwargs)
 
 
+@dataclass
+class _Retry:
+    """A trial's next attempt, waiting for room (not on the node its last attempt lost)."""
+
+    planned: PlannedTrial
+    trial_dir: Path
+    attempt: int
+    avoid: str | None
+
+
+#: how often the alive nodes are read again while nothing ended (seconds)
+NODES_REFRESH_S = 5.0
+
+
 class SweepController:
     def __init__(self, spec: SweepSpec, ledger: Ledger, outbox: TrackingOutbox | None,
                  progress: Progress | None = None, tick_s: float = 0.5,
@@ -66,16 +89,39 @@ class SweepController:
         self.tick_s = tick_s
         self.cluster: Cluster = cluster if cluster is not None else RayCluster()
         self.shape: ModelShape | None = spec_shape(spec)
-        gpn, total = self.cluster.gpus_per_node()
-        self.use_gpus = total > 0
-        self.max_concurrent = spec.cluster.max_concurrent_trials or max(1, total or 1)
+        nodes = self.cluster.nodes()
+        self.use_gpus = any(n.gpus for n in nodes)
+        c = spec.cluster
+        # trials are placed by servesweep (pinned to a node) on GPU nodes, or wherever the
+        # spec constrains nodes; else (CPU only) wherever Ray finds room
+        self.packing = self.use_gpus or bool(c.trials_per_node or c.gpu_type or c.node_labels)
+        self.packer = Packer(c, self.use_gpus)
+        self.packer.refresh(nodes)
+        if (c.gpu_type or c.node_labels) and not self.packer.nodes:
+            kinds = sorted({n.gpu_type or "no accelerator type" for n in nodes})
+            raise UsageError(f"no alive node matches cluster.gpu_type={c.gpu_type!r} and "
+                             f"cluster.node_labels={c.node_labels}; the cluster's nodes "
+                             f"have: {', '.join(kinds) or 'none'}")
+        self._nodes_read = time.monotonic()
+        gpn, total = self.packer.capacity()
+        self.max_concurrent = c.max_concurrent_trials or max(1, total or 1)
         self.planned: list[PlannedTrial] = plan_sweep(spec, gpn if self.use_gpus else None)
         self.results: dict[str, TrialResult] = ledger.results()
         done = dict(self.results)
-        self.searcher: Searcher = make_searcher(spec.search, self.planned, done, ledger.dir,
-                                                ledger.sweep_id)
+        # a grid runs in packing order (largest tp first); a study in the order it proposes
+        self.grid = spec.search.kind != "optuna"
+        order = ordered(self.planned, c.order, lambda p: p.config.tp) if self.grid \
+            else self.planned
+        self.searcher: Searcher = make_searcher(spec, order, done, ledger.dir,
+                                                ledger.sweep_id, refit=refit_profile)
         self.progress = progress or Progress(self.searcher.total)
+        self.progress.note = self.searcher.progress_line  # a search shows its budget
+        if spec.search.kind == "optuna":  # its budget, not the grid's size
+            self.progress.total = self.searcher.total
         self.running: dict[Any, TrialExecution] = {}  # in-flight ref -> its trial
+        self.pending: list[PlannedTrial] = []  # asked of the searcher, waiting for room
+        self.reaps: list[Any] = []  # refs of reaper tasks sent after failed attempts
+        self.retry_queue: list[_Retry] = []
         # attempts that failed and were retried before a resume: retries stay bounded
         self.failed_attempts: dict[str, int] = {}
         for ev in ledger.events():
@@ -88,7 +134,10 @@ class SweepController:
 
     # -- the loop ---------------------------------------------------------------------------
     def done(self) -> bool:
-        return self.exhausted and not self.running
+        if self.stopping:  # a failure policy stopped the sweep: what runs ends, no more
+            return not self.running
+        return (self.exhausted and not self.running and not self.retry_queue
+                and not self.pending)
 
     def step(self) -> None:
         self._start_trials()
@@ -123,11 +172,29 @@ class SweepController:
     def _continue(self, trial: TrialExecution, nxt: Any) -> None:
         if nxt is not None:
             self.running[nxt] = trial
-        elif trial.result is not None:
+            return
+        if self.packer.give_back(trial) is not None:
+            self._nodes_read = 0.0  # read the nodes again before the next start
+        if trial.result is not None:
+            if trial.result.status is TrialStatus.FAILED:
+                self._reap_attempt(trial)
             if self._retryable(trial.result):
                 self._retry(trial)
             else:
                 self._record(trial.result, trial.dir)
+
+    def _reap_attempt(self, trial: TrialExecution) -> None:
+        """A failed attempt's engine may have outlived its host (a timeout kills the actor):
+        a reaper task on its node stops what is left of it, by identity (pid and start
+        time, cgroup, the host's list), never by marker (a retry carries the same one).
+        Not waited for; the sweep's end reaps every node again and records it."""
+        info = trial.launch_info
+        if info.pid is None or info.node_id is None:
+            return
+        target = ReapTarget(key=trial.key, pid=info.pid, pgid=info.pgid,
+                            start_time=info.start_time, cgroup=info.cgroup,
+                            trial_dir=str(trial.dir))
+        self.reaps.append(self.cluster.reap_on(info.node_id, [target], [], REAP_TIMEOUT_S))
 
     def _retryable(self, result: TrialResult) -> bool:
         """A transient failure (``failure.retry_on``) with attempts left runs again."""
@@ -136,8 +203,8 @@ class SweepController:
                 and result.reason in set(fp.retry_on) and result.attempt <= fp.retries)
 
     def _retry(self, failed: TrialExecution) -> None:
-        """Record the failed attempt (not a result) and start the next one at once; Ray
-        places it where there is room (a lost node has none)."""
+        """Record the failed attempt (not a result) and queue the next one: it starts as
+        soon as a node other than the one it failed on has room (``_start_trials``)."""
         result = failed.result
         assert result is not None
         self.ledger.append(AttemptFailed(
@@ -147,26 +214,89 @@ class SweepController:
         self.progress.say(f"retrying {result.config.label()} (attempt {nxt} of "
                           f"{self.spec.failure.retries + 1}) after {result.reason}: "
                           f"{result.message[:120]}")
-        trial = TrialExecution(failed.planned, self.spec, self.ledger.sweep_id, failed.dir,
+        self.retry_queue.append(_Retry(failed.planned, failed.dir, nxt,
+                                       result.host.get("node_id")))
+
+    def _start(self, planned: PlannedTrial, trial_dir: Path, attempt: int,
+               node: str | None, selector: dict[str, str] | None = None) -> None:
+        """Start one attempt of a trial, pinned to ``node`` (or ``selector``)."""
+        if node is not None:
+            selector = {NODE_ID_LABEL: node}
+        trial = TrialExecution(planned, self.spec, self.ledger.sweep_id, trial_dir,
                                self.shape, self.use_gpus, self.cluster,
-                               on_event=self._on_event, attempt=nxt)
+                               on_event=self._on_event, attempt=attempt, pin=selector)
+        if node is not None:
+            self.packer.take(trial, node, planned.config.tp)
         self.running[trial.begin()] = trial
 
+    def _refresh_nodes(self) -> None:
+        if time.monotonic() - self._nodes_read >= NODES_REFRESH_S:
+            self.packer.refresh(self.cluster.nodes())
+            self._nodes_read = time.monotonic()
+
+    def _pull(self) -> bool:
+        """One more trial from the searcher into ``pending``; False when it has no more."""
+        if self.exhausted:
+            return False
+        planned = self.searcher.ask()
+        if planned is None:
+            self.exhausted = True
+            return False
+        self.pending.append(planned)
+        return True
+
+    def _next(self) -> tuple[PlannedTrial, str | None] | None:
+        """The next trial to start and the node it goes to (None: anywhere). Without
+        packing: the searcher's next. With packing: of a grid (all of it pending, in
+        packing order) the first that has room; of a study its next, once it has room.
+        When nothing has room and nothing of the sweep runs, the first pending trial
+        (it waits ``failure.place_timeout_s`` on the allowed nodes and fails with why)."""
+        if not self.packing:
+            if not self.pending:
+                self._pull()
+            return (self.pending.pop(0), None) if self.pending else None
+        while (self.grid or not self.pending) and self._pull():
+            pass
+        for i, planned in enumerate(self.pending):
+            node = self.packer.place(planned.config.tp)
+            if node is not None:
+                return self.pending.pop(i), node
+        if self.pending and not self.running:
+            return self.pending.pop(0), None
+        return None
+
     def _start_trials(self) -> None:
-        while not self.stopping and not self.exhausted and len(self.running) < self.max_concurrent:
-            planned = self.searcher.ask()
-            if planned is None:
-                self.exhausted = True
+        """Start what has room: queued retries first, then the searcher's trials
+        (``_next``; with packing, the first trial that fits nowhere keeps a node from
+        smaller ones in this pass)."""
+        if self.stopping:
+            return
+        if self.packing:
+            self._refresh_nodes()
+            self.packer.begin_pass()
+        for retry in list(self.retry_queue):
+            if len(self.running) >= self.max_concurrent:
                 return
+            tp = retry.planned.config.tp
+            node = self.packer.place(tp, [retry.avoid] if retry.avoid else []) \
+                if self.packing else None
+            if self.packing and node is None and self.running:
+                continue
+            self.retry_queue.remove(retry)
+            self._start(retry.planned, retry.trial_dir, retry.attempt, node,
+                        None if node or not self.packing else self.packer.fallback())
+        while len(self.running) < self.max_concurrent:
+            nxt = self._next()
+            if nxt is None:
+                return
+            planned, node = nxt
             key = planned.config.key()
             self.progress.trial_started(key, planned.config.label())
-            trial = TrialExecution(planned, self.spec, self.ledger.sweep_id,
-                                   self.ledger.trial_dir(key), self.shape, self.use_gpus,
-                                   self.cluster, on_event=self._on_event,
-                                   attempt=self.failed_attempts.get(key, 0) + 1)
             self.ledger.append(Scheduled(key=key,
                                          config=planned.config.model_dump(mode="json")))
-            self.running[trial.begin()] = trial
+            self._start(planned, self.ledger.trial_dir(key),
+                        self.failed_attempts.get(key, 0) + 1, node,
+                        None if node or not self.packing else self.packer.fallback())
 
     def _record_pruned(self) -> None:
         while self.searcher.pruned:
@@ -190,6 +320,7 @@ class SweepController:
         event = self.ledger.record_result(result)  # the source of truth first
         if trial_dir is not None:  # its config and command beside its logs (MLflow's too)
             write_trial_files(result, trial_dir)
+            self._search_params(result.key)  # after the host set earlier attempts aside
         if result.status != TrialStatus.INFEASIBLE:
             planned = next(p for p in self.planned if p.config.key() == result.key)
             self.searcher.tell(planned, result)
@@ -230,18 +361,37 @@ class SweepController:
         try:
             while not self.done():
                 self.step()
+            for line in self.searcher.summary_lines():  # what it found, what would be next
+                self.progress.say(line)
         except KeyboardInterrupt:
             self.progress.say("interrupted: stopping every engine this sweep started ...")
             self.abort("interrupted by the user")
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)
-            reap(f"{self.ledger.sweep_id}/")
+            reap(f"{self.ledger.sweep_id}/")  # this node, at once
+            # every node: what the sweep started there, by identity, and by its marker
+            try:
+                reap_sweep(self.cluster, self.ledger, "sweep ended",
+                           self.ledger.started_groups())
+            except Exception as err:  # noqa: BLE001 - never hide how the sweep itself ended
+                self.progress.say(f"could not reap the sweep's nodes ({type(err).__name__}: "
+                                  f"{err}); the next `servesweep run` or `resume` will")
         return self.results
+
+    def _search_params(self, key: str) -> None:
+        """The search's params of a trial (Optuna study, number, sampler) beside its logs,
+        where its MLflow run reads them (``tracking.trial_record``)."""
+        params = self.searcher.trial_params(key)
+        if params:
+            path = self.ledger.trial_dir(key) / SEARCH_PARAMS_FILE
+            path.write_text(json.dumps(params, indent=1))
 
     def abort(self, reason: str) -> None:
         """Stop all running trials now; they stay unfinished in the ledger (resume reruns)."""
         self.stopping = True
+        self.retry_queue.clear()
+        self.pending.clear()
         for trial in list(self.running.values()):
             trial.abort(reason)
         self.running.clear()

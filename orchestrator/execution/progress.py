@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from actors.contracts.results import LevelResult, TrialResult
@@ -39,6 +40,12 @@ class Progress:
         self.done = 0
         self.index: dict[str, int] = {}
         self.labels: dict[str, str] = {}
+        #: a search's standing against its budget (``Searcher.progress_line``), shown per trial
+        self.note: Callable[[], str] | None = None
+
+    def _note(self) -> str:
+        text = self.note() if self.note is not None else ""
+        return f" · budget: {text}" if text else ""
 
     def _elapsed(self) -> str:
         s = int(time.monotonic() - self.t0)
@@ -58,7 +65,8 @@ class Progress:
     def trial_started(self, key: str, label: str) -> None:
         self.index[key] = len(self.index) + 1
         self.labels[key] = label
-        self.say(f"[{self._elapsed()}] trial {self.index[key]}/{self.total} {label} ({key})")
+        self.say(f"[{self._elapsed()}] trial {self.index[key]}/{self.total} {label} ({key})"
+                 f"{self._note()}")
 
     def event(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "ready":
@@ -79,7 +87,7 @@ class Progress:
         why = f": {result.reason}" if result.reason and status != "ok" else ""
         msg = f" - {result.message[:200]}" if result.message and status == "failed" else ""
         self.say(f"         -> {status}{why}{msg}  ({self.done}/{self.total} done, "
-                 f"{self._elapsed()} elapsed{self._eta()})")
+                 f"{self._elapsed()} elapsed{self._eta()}){self._note()}")
 
     def pruned(self, label: str, reason: str) -> None:
         self.say(f"[{self._elapsed()}] infeasible {label}: {reason}")

@@ -8,6 +8,7 @@ import time
 
 from actors.procs import marked_processes, reap
 from orchestrator.errors import EXIT_OK, UsageError
+from orchestrator.execution.cluster import Cluster
 from orchestrator.planning.overheads import process_age_s
 from orchestrator.planning.overheads import record as record_overheads
 from orchestrator.results.events import DriverStarted, Reaped
@@ -40,6 +41,31 @@ def reap_orphans(root) -> list[str]:
             ledger.append(Reaped(reason="driver gone", by=os.getpid()))
             reaped.append(sweep_id)
     return reaped
+
+
+def _reap_nodes(cluster: Cluster, ledger: Ledger) -> None:
+    """On every node, before the sweep starts: stop what dead drivers' sweeps left there,
+    and what an earlier driver of this sweep left (``resume``). A Ray error here is said
+    and the sweep goes on (its own end reaps every node again)."""
+    from ray.exceptions import RayError
+
+    from orchestrator.execution.reaping import reap_dead_drivers, reap_sweep
+
+    try:
+        dead = reap_dead_drivers(cluster, ledger.dir.parent.parent, skip=ledger.sweep_id)
+        for sweep_id, event in dead.items():
+            if event.killed:
+                _say(f"stopped {sum(map(len, event.killed.values()))} process(es) left "
+                     f"running by sweep {sweep_id} on {len(event.killed)} node(s) (its "
+                     "driver is gone)")
+        groups = ledger.open_groups()
+        if groups:
+            event = reap_sweep(cluster, ledger, "earlier driver gone", groups)
+            if event.killed:
+                _say(f"stopped {sum(map(len, event.killed.values()))} process(es) the "
+                     f"earlier driver left on {len(event.killed)} node(s)")
+    except RayError as err:
+        _say(f"could not reap the nodes before the sweep: {err}")
 
 
 def _say(text: str = "") -> None:
@@ -87,6 +113,7 @@ def _execute(spec: SweepSpec, ledger: Ledger, outbox: TrackingOutbox | None, qui
              total: int) -> int:
     import ray
 
+    from orchestrator.execution.cluster import RayCluster
     from orchestrator.execution.controller import SweepController, connect_ray
     from orchestrator.execution.progress import Progress
     from orchestrator.results.report_folder import write_report
@@ -98,7 +125,10 @@ def _execute(spec: SweepSpec, ledger: Ledger, outbox: TrackingOutbox | None, qui
     try:
         connect_ray(spec)
         ray_start_s = time.monotonic() - t0
-        controller = SweepController(spec, ledger, outbox, Progress(total, quiet=quiet))
+        cluster = RayCluster()
+        _reap_nodes(cluster, ledger)
+        controller = SweepController(spec, ledger, outbox, Progress(total, quiet=quiet),
+                                     cluster=cluster)
         results = controller.run()
     finally:
         ray.shutdown()

@@ -73,12 +73,13 @@ TIMEOUT_CLASS: dict[TrialPhase, FailureClass] = {
 class TrialExecution:
     def __init__(self, planned: PlannedTrial, spec: SweepSpec, sweep_id: str, trial_dir: Path,
                  shape: ModelShape | None, use_gpus: bool, cluster: Cluster,
-                 on_event: Any = None, attempt: int = 1):
+                 on_event: Any = None, attempt: int = 1, pin: dict[str, str] | None = None):
         self.planned, self.spec, self.cfg = planned, spec, planned.config
         self.key = self.cfg.key()
         self.sweep_id, self.dir, self.shape = sweep_id, trial_dir, shape
         self.use_gpus, self.cluster = use_gpus, cluster
         self.attempt = attempt  # 1 for the first run; retries count up (failure.retries)
+        self.pin = pin  # node labels the placement must match (the node packing chose)
         self.on_event = on_event or (lambda kind, data: None)
         self.adapter = get_adapter(self.cfg.engine)
         self.phase = TrialPhase.PLACE
@@ -97,6 +98,8 @@ class TrialExecution:
         self.result: TrialResult | None = None
         self.t0 = time.monotonic()
         self.time_scale = spec.sim.time_scale if self.adapter.time_scaled else 1.0
+        # sim hold mode: each level waits on the host, no load generator (actors/sim/hold.py)
+        self.hold_s = spec.sim.hold_s if self.adapter.time_scaled else None
 
     # -- helpers ----------------------------------------------------------------------------
     def _ctx(self) -> LaunchContext:
@@ -122,7 +125,7 @@ class TrialExecution:
 
     def begin(self) -> Any:
         """Ask for a node; returns the ref that answers once one is held."""
-        self.pg = self.cluster.reserve(self._bundle(), f"servesweep-{self.key}")
+        self.pg = self.cluster.reserve(self._bundle(), f"servesweep-{self.key}", self.pin)
         self.phase = TrialPhase.PLACE
         self._set_deadline(None)  # the controller sets one when no trial of ours holds a node
         return self.cluster.reserved(self.pg)
@@ -152,7 +155,7 @@ class TrialExecution:
         if info.failure is not None:
             return self._fail(info.failure, info.message)
         self.on_event("started", {"key": self.key, **info.model_dump(
-            include={"pid", "pgid", "marker", "host", "node_id"})})
+            include={"pid", "pgid", "start_time", "marker", "host", "node_id", "cgroup"})})
         fp = self.spec.failure
         self._enter(TrialPhase.READY, fp.startup_timeout_s + fp.call_grace_s)
         return self.cluster.call(self.host, "wait_ready", fp.startup_timeout_s)
@@ -165,6 +168,8 @@ class TrialExecution:
         self.capacity = self._capacity(ready.applied, ready.events)
         self.on_event("ready", {"key": self.key, "startup_s": ready.startup_s,
                                 "capacity": self.capacity})
+        if self.hold_s is not None:
+            return self._next_level()
         w = self.spec.workload
         vocab = self.shape.vocab if self.shape else 32000
         api_key = self.cluster.get(self.cluster.call(self.host, "api_key_for_client"))
@@ -183,6 +188,9 @@ class TrialExecution:
             self._enter(TrialPhase.OBSERVE, fp.observe_timeout_s)
             return self.cluster.call(self.host, "observe")
         c = w.concurrency[self.level_i]
+        if self.hold_s is not None:
+            self._enter(TrialPhase.LEVEL, self.hold_s + fp.call_grace_s)
+            return self.cluster.call(self.host, "hold_level", c, self.hold_s)
         self._enter(TrialPhase.LEVEL, w.level_timeout_s + fp.call_grace_s)
         return self.cluster.call(self.lg, "run_level", c, self.level_i)
 
@@ -274,7 +282,7 @@ class TrialExecution:
         applied = self.ready.applied
         versions = {"engine": applied.version or "unknown", "servesweep": _version()}
         host: dict[str, Any] = self.launch_info.model_dump(
-            include={"host", "node_ip", "node_id", "gpu_ids", "argv", "pid"})
+            include={"host", "node_ip", "node_id", "gpu_ids", "gpu_model", "argv", "pid"})
         self.result = TrialResult(
             key=self.key, config=self.cfg, status=status, reason=reason, message=message,
             levels=self.levels, capacity=self.capacity, startup_s=self.ready.startup_s,

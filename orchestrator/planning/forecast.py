@@ -76,8 +76,9 @@ def predict_sweep(planned: list[PlannedTrial], spec: SweepSpec,
     if shape is None:
         return [], 0.0
     preds = [predict_trial(p.config, spec, shape) for p in planned if p.feasible]
-    if spec.search.kind == "optuna" and spec.search.budget:
-        preds_for_time = preds[: spec.search.budget]
+    budget = spec.search.budget
+    if spec.search.kind == "optuna" and budget is not None and budget.trials:
+        preds_for_time = preds[: budget.trials]  # a search runs at most its budget
     else:
         preds_for_time = preds
     parallel = max(1, spec.cluster.max_concurrent_trials or 1)

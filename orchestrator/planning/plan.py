@@ -9,6 +9,7 @@ from actors.contracts.config import SpaceEntry, TrialConfig
 from actors.contracts.shapes import ModelShape, load_shape
 from actors.engines import get_adapter
 from orchestrator.planning.feasibility import infeasible_reason
+from orchestrator.planning.params import expand_params
 from orchestrator.spec import SweepSpec
 
 __all__ = ["PlannedTrial", "expand_entry", "plan_sweep", "spec_shape", "launch_label"]
@@ -46,14 +47,14 @@ def default_gpus_per_node(spec: SweepSpec) -> int | None:
 
 
 def plan_sweep(spec: SweepSpec, gpus_per_node: int | None = None) -> list[PlannedTrial]:
-    """Every distinct trial of the space, each with an infeasibility reason or None.
-    Entries that give the same settings under different launch options (another build,
-    interpreter or endpoint) give distinct trials, each labelled (``launch_label``); the
-    same settings and launch are one trial."""
+    """Every distinct trial of the space (its entries' lists times ``search.params``), each
+    with an infeasibility reason or None. Entries that give the same settings under
+    different launch options (another build, interpreter or endpoint) give distinct trials,
+    each labelled (``launch_label``); the same settings and launch are one trial."""
     shape = spec_shape(spec)
     gpn = gpus_per_node if gpus_per_node is not None else default_gpus_per_node(spec)
     produced = [(i, entry, cfg) for i, entry in enumerate(spec.space)
-                for cfg in expand_entry(entry)]
+                for cfg in expand_params(expand_entry(entry), spec)]
     launches: dict[str, set[str]] = {}
     for _, entry, cfg in produced:
         launches.setdefault(cfg.key(), set()).add(entry.launch.model_dump_json())

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from actors.contracts.results import TrialResult
+from orchestrator.planning.regimes import level_objective
 from orchestrator.spec import SLO
+from orchestrator.spec.search import Objective
 
 __all__ = ["levels_frame", "Winner", "Crossover", "winners", "crossovers", "pareto_front"]
 
@@ -27,8 +29,10 @@ _METRICS = ("output_tok_s", "total_tok_s", "requests_s", "ttft_p50_ms", "ttft_p9
             "e2e_p99_ms", "round_spread")
 
 
-def levels_frame(results: list[TrialResult]) -> pd.DataFrame:
-    """One row per (trial, concurrency) with status, flags and metrics."""
+def levels_frame(results: list[TrialResult], objective: Objective = Objective.OUTPUT_TOK_S,
+                 slo: SLO | None = None) -> pd.DataFrame:
+    """One row per (trial, concurrency) with status, flags and metrics; ``score`` is the
+    level's value of the spec's ``objective`` (``planning.regimes.level_objective``)."""
     rows = []
     for r in results:
         for lv in r.levels:
@@ -42,10 +46,12 @@ def levels_frame(results: list[TrialResult]) -> pd.DataFrame:
                    "waiting_max": lv.server.waiting_max, "preemptions": lv.server.preemptions}
             for m in _METRICS:
                 row[m] = getattr(lv.metrics, m) if lv.metrics else None
+            row["score"] = (level_objective(lv.metrics, objective, r.config.tp, slo or SLO())
+                            if lv.metrics else None)
             rows.append(row)
     cols = ["key", "identity", "config", "label", "engine", "profile", "tp", "trial_status",
             "concurrency", "level_status", "flags", "running_max", "waiting_max", "preemptions",
-            *_METRICS]
+            *_METRICS, "score"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -75,6 +81,8 @@ class Winner:
     note: str = ""
     noise_band: float = 0.0  # the band the margin was judged against
     repeats: int = 1  # measurements of the winner at this level (restarts)
+    objective: str = Objective.OUTPUT_TOK_S.value  # what ranked the configs
+    score: float | None = None  # the winner's value of it (its median over repeats)
 
 
 @dataclass(frozen=True)
@@ -90,8 +98,11 @@ def _unverified(df: pd.DataFrame) -> pd.Series:
 
 
 def winners(results: list[TrialResult], slo: SLO, band: float = 0.05,
-            trust_usage: bool = False) -> list[Winner]:
-    df = levels_frame(results)
+            trust_usage: bool = False,
+            objective: Objective = Objective.OUTPUT_TOK_S) -> list[Winner]:
+    """The winner at each level by ``objective`` (the spec's ``search.objective``), among
+    valid levels meeting ``slo``; see the module doc."""
+    df = levels_frame(results, objective, slo)
     out: list[Winner] = []
     if df.empty:
         return out
@@ -103,7 +114,7 @@ def winners(results: list[TrialResult], slo: SLO, band: float = 0.05,
             doubtful = _unverified(at)
             excluded = int(doubtful.sum())
             at = at[~doubtful]
-        eligible = _by_identity(at[_meets_slo(at, slo)]).sort_values("output_tok_s",
+        eligible = _by_identity(at[_meets_slo(at, slo)]).sort_values("score",
                                                                       ascending=False)
         if eligible.empty:
             note = ("no valid level meets the SLO" if not at.empty else "no valid level")
@@ -116,8 +127,8 @@ def winners(results: list[TrialResult], slo: SLO, band: float = 0.05,
         best = eligible.iloc[0]
         runner = eligible.iloc[1] if len(eligible) > 1 else None
         margin = None
-        if runner is not None and runner["output_tok_s"] > 0:
-            margin = float(best["output_tok_s"] / runner["output_tok_s"] - 1)
+        if runner is not None and runner["score"] > 0:
+            margin = float(best["score"] / runner["score"] - 1)
         noise = max([band, float(best["noise"])]
                     + ([float(runner["noise"])] if runner is not None else []))
         out.append(Winner(
@@ -126,7 +137,8 @@ def winners(results: list[TrialResult], slo: SLO, band: float = 0.05,
             ttft_p99_ms=_f(best["ttft_p99_ms"]), itl_p50_ms=_f(best["itl_p50_ms"]),
             runner_up=None if runner is None else str(runner["label"]), margin=margin,
             within_noise=bool(margin is not None and margin < noise), candidates=len(eligible),
-            note=str(best["flags"]), noise_band=noise, repeats=int(best["repeats"])))
+            note=str(best["flags"]), noise_band=noise, repeats=int(best["repeats"]),
+            objective=objective.value, score=_f(best["score"])))
     return out
 
 
@@ -137,10 +149,11 @@ def _by_identity(df: pd.DataFrame) -> pd.DataFrame:
     rounds within one, as a fraction of the median)."""
     rows = []
     for _, g in df.groupby("config", sort=False):
-        g = g.sort_values("output_tok_s")
+        g = g.sort_values("score")
         row = g.iloc[(len(g) - 1) // 2].copy()
         med = float(g["output_tok_s"].median())
         row["output_tok_s"] = med
+        row["score"] = float(g["score"].median())
         restart = (float(g["output_tok_s"].max() - g["output_tok_s"].min()) / med
                    if len(g) > 1 and med > 0 else 0.0)
         row["noise"] = max(restart, float(g["round_spread"].fillna(0).max()))

@@ -43,13 +43,20 @@ class Scheduled(_Event):
 
 
 class Started(_Event):
+    """A server's process group exists: where (``node_id``, ``host``) and which process
+    (``pid`` and its ``start_time``, field 22 of /proc/<pid>/stat, to tell it from a
+    later process given the same pid). Fields added later have defaults, so ledgers
+    written before them still read (their groups are then reaped by marker only)."""
+
     type: Literal[EventKind.STARTED] = EventKind.STARTED
     key: str
     pid: int | None = None
     pgid: int | None = None
+    start_time: int | None = None
     marker: str = ""
     host: str | None = None
     node_id: str | None = None
+    cgroup: str | None = None  # the engine's own cgroup, where its node allowed one
 
 
 class TrialRecorded(_Event):
@@ -66,9 +73,18 @@ class Interrupted(_Event):
 
 
 class Reaped(_Event):
+    """A driver stopped what a sweep's engines left running. ``complete``: every node
+    that had started groups of the sweep answered (or is gone), so the groups started
+    before this event need no reaping again (``Ledger.open_groups``)."""
+
     type: Literal[EventKind.REAPED] = EventKind.REAPED
     reason: str
     by: int | None = None
+    complete: bool = False
+    killed: dict[str, list[int]] = Field(default_factory=dict)  # node id -> pids stopped
+    reused: list[int] = Field(default_factory=list)  # recorded pids another process holds
+    leftovers: dict[str, list[int]] = Field(default_factory=dict)  # node id -> pids alive
+    unreached: list[str] = Field(default_factory=list)  # nodes that did not answer
 
 
 class AttemptFailed(_Event):

@@ -30,7 +30,13 @@ from pydantic import ValidationError
 from actors.contracts.results import TrialResult
 from actors.contracts.settings import settings
 from orchestrator.errors import ServesweepError, UsageError
-from orchestrator.results.events import LedgerEvent, Started, TrialRecorded, parse_event
+from orchestrator.results.events import (
+    EventKind,
+    LedgerEvent,
+    Started,
+    TrialRecorded,
+    parse_event,
+)
 
 __all__ = ["Ledger", "state_root", "new_sweep_id", "atomic_write"]
 
@@ -148,6 +154,31 @@ class Ledger:
     def started_groups(self) -> list[Started]:
         """Every process group this sweep started (for reaping after a dead driver)."""
         return [ev for ev in self.events() if isinstance(ev, Started)]
+
+    def open_groups(self) -> list[Started]:
+        """The started groups that may still run: those whose trial attempt has no result
+        (``trial`` or ``attempt``) after it, and no complete ``reaped`` came since.
+
+        Reads each line's ``type`` first and validates only ``started`` events, so it is
+        cheap on a long ledger (``reap_dead_drivers`` reads every sweep's)."""
+        if not self.path.is_file():
+            return []
+        open_: dict[str, list[Started]] = {}
+        for line in self.path.read_text().splitlines():
+            try:
+                raw = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kind = raw.get("type") if isinstance(raw, dict) else None
+            if kind == EventKind.STARTED:
+                ev = parse_event(line)
+                assert isinstance(ev, Started)
+                open_.setdefault(ev.key, []).append(ev)
+            elif kind in (EventKind.TRIAL, EventKind.ATTEMPT):
+                open_.pop(str(raw.get("key")), None)
+            elif kind == EventKind.REAPED and raw.get("complete"):
+                open_.clear()
+        return [ev for evs in open_.values() for ev in evs]
 
     def spec_text(self) -> str:
         return (self.dir / "spec.yaml").read_text()

@@ -51,6 +51,7 @@ class TrackingOutbox:
                  retry_s: tuple[float, ...] = RETRY_S, err: TextIO | None = None):
         self.tracker, self.ledger = tracker, ledger
         self.sweep_id = ledger.sweep_id
+        self.workload = spec.workload
         self._record = sweep_record(spec, ledger)
         self._retry_s = retry_s
         self._err = err
@@ -77,7 +78,7 @@ class TrackingOutbox:
 
         def job() -> None:
             self.tracker.open_sweep(self._record, running=True)
-            self.tracker.sync_trials(self.ledger, earlier)
+            self.tracker.sync_trials(self.ledger, earlier, self.workload)
 
         self._put(_Job("begin", job))
 
@@ -89,7 +90,7 @@ class TrackingOutbox:
             if self.tracker.parent_id is None:
                 self.tracker.open_sweep(self._record, running=True)
             self.tracker.ensure_trial(trial_record(result, self.sweep_id, trial_dir,
-                                                   recorded_ts))
+                                                   recorded_ts, self.workload))
 
         self._put(_Job(f"trial {result.key}", job))
 

@@ -118,7 +118,7 @@ def build_sections(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
     driver stopped early, if it did."""
     band = spec.workload.noise_band
     w = spec.workload
-    df_all = levels_frame(results)
+    df_all = levels_frame(results, spec.search.objective, spec.slo)
     df = df_all[df_all["level_status"] == "valid"]
     counts: dict[str, int] = {}
     for r in results:
@@ -128,7 +128,7 @@ def build_sections(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
         f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none'}); every "
         f"request sends {w.prompt_tokens} prompt tokens and decodes exactly "
         f"{w.output_tokens}; levels {', '.join(map(str, w.concurrency))}.",
-        f"Objective: output tok/s among valid levels meeting the SLO "
+        f"Objective: {spec.search.objective.value} among valid levels meeting the SLO "
         f"({_slo_text(spec)}); noise band {100 * band:.0f}% (a lead smaller than this is "
         "reported as within noise).")
     if any(r.time_scale != 1.0 for r in results):
@@ -138,7 +138,7 @@ def build_sections(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                          f"{len(unfinished or [])} planned trial(s) have no result (below).")
     sections = [head]
 
-    ws = winners(results, spec.slo, band, w.trust_usage)
+    ws = winners(results, spec.slo, band, w.trust_usage, spec.search.objective)
     by_level = {x.concurrency: x for x in ws}
     win = Section("Winners per load regime", "winners")
     for regime, levels in regimes_of(spec).items():

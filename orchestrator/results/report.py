@@ -36,7 +36,7 @@ def shorten(text: str, width: int = 160) -> str:
 def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                 tracking_hint: str = "") -> str:
     band = spec.workload.noise_band
-    ws = winners(results, spec.slo, band, spec.workload.trust_usage)
+    ws = winners(results, spec.slo, band, spec.workload.trust_usage, spec.search.objective)
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
@@ -58,7 +58,8 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
         rows.append([str(win.concurrency), win.label or "", _n(win.output_tok_s, ".1f"),
                      _n(win.ttft_p50_ms, ".1f"), _n(win.ttft_p99_ms, ".1f"),
                      _n(win.itl_p50_ms, ".2f"), f"{margin} vs {win.runner_up or '-'}{flags}"])
-    parts.append("\nWinner per concurrency (highest output tok/s among valid levels"
+    parts.append(f"\nWinner per concurrency (highest {spec.search.objective.value} among "
+                 "valid levels"
                  + (" meeting the SLO" if spec.slo.model_dump(exclude_none=True) else "") + "):")
     parts.append(table_text(["conc", "winner", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
                          "ITL p50 ms", "margin to runner-up"], rows))
@@ -99,7 +100,7 @@ def report_json(spec: SweepSpec, results: list[TrialResult], sweep_id: str) -> d
     from dataclasses import asdict
 
     ws = winners(results, spec.slo, spec.workload.noise_band,
-                 spec.workload.trust_usage)
+                 spec.workload.trust_usage, spec.search.objective)
     return {
         "sweep_id": sweep_id, "spec_name": spec.name,
         "workload": spec.workload.model_dump(mode="json"),
@@ -120,7 +121,7 @@ def winners_export(spec: SweepSpec, results: list[TrialResult]) -> list[dict[str
     by_key = {r.key: r for r in results}
     out = []
     for w in winners(results, spec.slo, spec.workload.noise_band,
-                     spec.workload.trust_usage):
+                     spec.workload.trust_usage, spec.search.objective):
         if w.key is None:
             continue
         r = by_key[w.key]

@@ -13,10 +13,11 @@ from orchestrator.spec.model import (
     FailurePolicy,
     SearchSpec,
     SweepSpec,
+    TrialOrder,
     format_validation_error,
     load_spec,
     parse_spec,
 )
 
-__all__ = ["SLO", "ClusterSpec", "FailurePolicy", "SearchSpec", "SweepSpec",
+__all__ = ["SLO", "ClusterSpec", "FailurePolicy", "SearchSpec", "SweepSpec", "TrialOrder",
            "format_validation_error", "load_spec", "parse_spec"]

@@ -10,9 +10,10 @@ are applied through ``EngineRules`` (``orchestrator.spec.rules``).
 
 from __future__ import annotations
 
+import enum
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -31,18 +32,60 @@ from actors.contracts.states import FailureClass
 from actors.engines import adapter_names, get_adapter
 from orchestrator.errors import SpecError
 from orchestrator.spec.rules import EngineRules
+from orchestrator.spec.search import SearchSpec, check_search_against
 
-__all__ = ["ClusterSpec", "SLO", "SearchSpec", "FailurePolicy", "SweepSpec", "load_spec",
-           "parse_spec", "format_validation_error"]
+__all__ = ["ClusterSpec", "TrialOrder", "SLO", "SearchSpec", "FailurePolicy", "SweepSpec",
+           "load_spec", "parse_spec", "format_validation_error"]
+
+
+class TrialOrder(enum.StrEnum):
+    """The order a grid search starts its trials in."""
+
+    PACKED = "packed"  # largest tp first (declared order among equal tp): less fragmentation
+    DECLARED = "declared"  # the order the space declares
+
+
+_RAY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/-]{0,62}$")
+
 
 class ClusterSpec(Frozen):
-    """Where trials run. ``address`` null starts a local Ray; ``gpus`` declares logical GPUs."""
+    """Where trials run. ``address`` null starts a local Ray; ``gpus`` declares logical GPUs.
+
+    Placement: each trial's ``tp`` GPUs are one placement group on one node, the node
+    chosen by servesweep (best fit, largest ``tp`` first: ``order``). ``gpu_type`` runs
+    trials only on nodes of that Ray accelerator type (e.g. ``H100``: the node's
+    ``accelerator_type:H100`` resource or ``ray.io/accelerator-type`` label);
+    ``node_labels`` only on nodes carrying every label given; ``trials_per_node: 1`` runs
+    one trial at a time on a node (no neighbour sharing its PCIe, CPUs or memory).
+    """
 
     address: str | None = None
     gpus: int | None = Field(default=None, ge=0)
     cpus: int | None = Field(default=None, ge=1)
     max_concurrent_trials: PosInt | None = None
     namespace: str = "servesweep"
+    gpu_type: str | None = None
+    node_labels: dict[str, str] = Field(default_factory=dict)
+    trials_per_node: PosInt | None = None
+    order: TrialOrder = TrialOrder.PACKED
+
+    @field_validator("gpu_type")
+    @classmethod
+    def _gpu_type(cls, v: str | None) -> str | None:
+        if v is not None and not _RAY_NAME.match(v):
+            raise ValueError("gpu_type is a Ray accelerator type such as H100, A100 or L4 "
+                             "(letters, digits, '.', '_', '+', '-')")
+        return v
+
+    @field_validator("node_labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not _RAY_NAME.match(key) or not _RAY_NAME.match(str(value)):
+                raise ValueError(f"node label {key!r}: {value!r} is not a Ray node label (a "
+                                 "key and a value of letters, digits, '.', '_', '+', '/', "
+                                 "'-', each 1-63 long)")
+        return v
 
 
 class SLO(Frozen):
@@ -51,15 +94,6 @@ class SLO(Frozen):
     ttft_p99_ms: float | None = Field(default=None, gt=0)
     itl_p99_ms: float | None = Field(default=None, gt=0)
     e2e_p99_ms: float | None = Field(default=None, gt=0)
-
-
-class SearchSpec(Frozen):
-    kind: Literal["grid", "optuna"] = "grid"
-    sampler: Literal["tpe", "random", "grid"] = "tpe"
-    objective: Literal["output_tok_s", "total_tok_s", "ttft_p50_ms", "itl_p50_ms"] = "output_tok_s"
-    at_concurrency: PosInt | None = None  # None: geometric mean over levels
-    budget: PosInt | None = None  # optuna: trials to run
-    seed: int = 0
 
 
 class FailurePolicy(Frozen):
@@ -99,6 +133,7 @@ class SweepSpec(Frozen):
     hardware: str = "h100-sxm"
     workload: Workload
     slo: SLO = SLO()
+    #: sampler, load regimes, objective, budgets (terms: orchestrator.spec.search)
     search: SearchSpec = SearchSpec()
     sim: SimOptions = SimOptions()
     failure: FailurePolicy = FailurePolicy()
@@ -130,6 +165,11 @@ class SweepSpec(Frozen):
             if real:
                 raise ValueError(f"engines {real} serve real weights: give model.path, "
                                  "not model.preset")
+        return self
+
+    @model_validator(mode="after")
+    def _search_fits(self) -> SweepSpec:
+        check_search_against(self.search, self.workload.concurrency, self.space)
         return self
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 import ray
 import yaml
@@ -99,3 +102,67 @@ def test_a_lost_nodes_trial_is_retried_on_another_node_and_the_sweep_goes_on(tmp
     assert retried.host["node_id"] != attempt.host["node_id"]  # on the node still alive
     assert [r.status.value for r in results.values()] == ["ok", "ok"]
     assert [e.type for e in ledger.events()].count("trial") == 2  # one result per key
+
+
+#: started on a node by a task pinned there: a process in its own session with an empty
+#: environment (no marker), orphaned (its parent exits, as a dead host would), standing for
+#: an engine a dead driver left behind. Orphaned, so that Ray's own clean-up of a worker's
+#: children (when an idle worker exits) does not take it first
+def _leftover_on_node() -> dict:
+    import socket
+    import subprocess
+    import sys
+
+    from actors.proctree import start_time
+
+    code = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', "
+            "'import time; time.sleep(600)'], env={}, start_new_session=True, "
+            "stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)"
+            "; print(p.pid)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    pid = int(out.stdout.strip())
+    return {"pid": pid, "start_time": start_time(pid), "host": socket.gethostname(),
+            "node_id": ray.get_runtime_context().get_node_id()}
+
+
+def test_each_nodes_leftovers_of_a_dead_driver_are_reaped_by_a_task_on_that_node(cluster,
+                                                                                 tmp_path):
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from actors.proctree import alive_same
+    from orchestrator.execution.cluster import RayCluster
+    from orchestrator.execution.reaping import reap_dead_drivers
+    from orchestrator.results.events import DriverStarted, Started
+
+    c, workers = cluster
+    ray.init(address=c.address, log_to_driver=False)
+    left: list[dict] = []
+    try:
+        spawn = ray.remote(num_cpus=0)(_leftover_on_node)
+        for w in workers:  # two on each worker node; the second one's record is stale
+            pin = NodeAffinitySchedulingStrategy(w.node_id, soft=False)
+            left += ray.get([spawn.options(scheduling_strategy=pin).remote() for _ in (0, 1)])
+        ledger = Ledger.create("name: dead\n", "dead", tmp_path)
+        ledger.append(DriverStarted(pid=1, host="gone"))
+        for i, p in enumerate(left):
+            stale = i % 2 == 1  # its pid now names another process: another start time
+            ledger.append(Started(key=f"k{i}", pid=p["pid"], pgid=p["pid"], host=p["host"],
+                                  node_id=p["node_id"], marker=f"{ledger.sweep_id}/k{i}",
+                                  start_time=p["start_time"] + (1 if stale else 0)))
+        reaped = reap_dead_drivers(RayCluster(), tmp_path)
+        event = reaped[ledger.sweep_id]
+        for i, p in enumerate(left):
+            if i % 2 == 0:  # stopped by the task on its own node, and only there
+                assert event.killed[p["node_id"]] == [p["pid"]]
+                assert not alive_same(p["pid"], p["start_time"])
+            else:
+                assert p["pid"] in event.reused and alive_same(p["pid"], p["start_time"])
+        assert set(event.killed) == {w.node_id for w in workers} and event.complete
+        assert ledger.open_groups() == []  # a later driver has nothing left to do here
+        assert reap_dead_drivers(RayCluster(), tmp_path) == {}
+    finally:
+        for p in left:
+            if alive_same(p["pid"], p["start_time"]):
+                os.kill(p["pid"], signal.SIGKILL)
+        ray.shutdown()

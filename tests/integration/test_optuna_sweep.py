@@ -1,6 +1,14 @@
-"""An Optuna search end to end: real Ray, the sim, a real sqlite Optuna storage."""
+"""Optuna searches end to end: real Ray, the sim, a real sqlite Optuna storage."""
 
 from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import optuna
 import yaml
@@ -10,23 +18,91 @@ from orchestrator.results.ledger import Ledger
 from tests.conftest import minimal_spec
 
 
-def test_optuna_search_runs_its_budget_and_records_the_study(tmp_path, monkeypatch):
-    monkeypatch.setenv("SERVESWEEP_HOME", str(tmp_path))
+def _studies(ledger: Ledger, regimes: list[str]) -> dict[str, list]:
+    storage = f"sqlite:///{ledger.dir / 'optuna.db'}"
+    return {r: optuna.load_study(study_name=f"{ledger.sweep_id}.{r}", storage=storage).trials
+            for r in regimes}
+
+
+def _spec(tmp_path: Path, search: dict, concurrent: int = 1) -> Path:
     spec = minimal_spec(name="opt")
-    spec["workload"].update(concurrency=[4], rounds=1)
-    spec["search"] = {"kind": "optuna", "sampler": "tpe", "budget": 3, "seed": 7,
-                      "objective": "output_tok_s"}
+    spec["cluster"]["max_concurrent_trials"] = concurrent
+    spec["workload"].update(concurrency=[1, 4], rounds=1)
+    spec["slo"] = {"ttft_p99_ms": 60000}
+    spec["search"] = {"kind": "optuna", "seed": 7, "regimes": {"low": [1], "high": [4]},
+                      **search}
     spec["space"] = [{"engine": "sim", "profile": ["vllm", "trtllm"],
                       "cuda_graphs": [True, False], "tp": [1, 4]}]  # tp=4 > 2 GPUs
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_tpe_per_regime_two_in_flight_stops_at_its_budget(tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVESWEEP_HOME", str(tmp_path))
+    path = _spec(tmp_path, {"sampler": "tpe", "budget": 3}, concurrent=2)
     assert main(["run", str(path), "--quiet", "--no-mlflow"]) == 0
     ledger = Ledger.open("latest")
     ran = [r for r in ledger.results().values() if r.status.value == "ok"]
-    assert len(ran) == 3
-    study = optuna.load_study(study_name=ledger.sweep_id,
-                              storage=f"sqlite:///{ledger.dir / 'optuna.db'}")
-    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert len({tuple(sorted(t.params.items())) for t in done}) == 3
-    best = max(r.levels[0].metrics.output_tok_s for r in ran)
-    assert abs(study.best_value - best) / best < 1e-6
+    assert len(ran) == 3 == len({r.key for r in ran})
+    assert [e.type for e in ledger.events()].count("scheduled") == 3  # none measured twice
+    for regime, trials in _studies(ledger, ["low", "high"]).items():
+        done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE
+                and not t.user_attrs.get("repeat")]
+        assert {t.user_attrs["key"] for t in done} == {r.key for r in ran}, regime
+    for r in ran:  # the MLflow params of each trial's run: its sampler (and Optuna number)
+        params = json.loads((ledger.dir / "trials" / r.key / "search.json").read_text())
+        assert params["optuna.sampler"] == "tpe"
+
+
+def test_guided_search_runs_on_the_sim_and_says_why_it_stopped(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SERVESWEEP_HOME", str(tmp_path))
+    path = _spec(tmp_path, {"sampler": "guided", "budget": {"trials": 3}})
+    assert main(["run", str(path), "--no-mlflow"]) == 0
+    err = capsys.readouterr().err
+    assert "search (guided" in err and "would measure next" in err
+    assert "budget: " in err  # progress shows the budget
+    ledger = Ledger.open("latest")
+    assert sum(r.status.value == "ok" for r in ledger.results().values()) <= 3
+
+
+def test_a_study_half_done_when_its_driver_is_killed_resumes_without_repeats(tmp_path):
+    path = _spec(tmp_path, {"sampler": "tpe", "budget": 4})
+    env = dict(os.environ, SERVESWEEP_HOME=str(tmp_path))
+    driver = subprocess.Popen([sys.executable, "-m", "orchestrator.commands.cli", "run",
+                               str(path), "--quiet", "--no-mlflow"],
+                              cwd=Path(__file__).parents[2], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    ledger = None
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            assert driver.poll() is None, "the driver ended before it was killed"
+            latest = tmp_path / "sweeps" / "LATEST"
+            if latest.exists():
+                ledger = Ledger.open(latest.read_text().strip(), tmp_path)
+                if sum(r.status.value == "ok" for r in ledger.results().values()) >= 2:
+                    break
+            time.sleep(0.1)
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(30)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    assert ledger is not None
+    before = {k for k, r in ledger.results().items() if r.status.value == "ok"}
+    assert 2 <= len(before) < 4
+    os.environ["SERVESWEEP_HOME"] = str(tmp_path)
+    try:
+        assert main(["resume", ledger.sweep_id, "--quiet", "--no-mlflow"]) == 0
+    finally:
+        del os.environ["SERVESWEEP_HOME"]
+    ok = [r for r in ledger.results().values() if r.status.value == "ok"]
+    assert len(ok) == 4 and before <= {r.key for r in ok}
+    assert [e.type for e in ledger.events()].count("trial") == len(ledger.results())
+    for trials in _studies(ledger, ["low", "high"]).values():  # the same study, continued
+        assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+        done = [t.user_attrs["key"] for t in trials if t.state ==
+                optuna.trial.TrialState.COMPLETE and not t.user_attrs.get("repeat")]
+        assert sorted(done) == sorted(r.key for r in ok)  # each config once per study

@@ -73,6 +73,10 @@ def test_mlflow_has_parent_and_nested_runs_with_params_and_metrics(sweep):
     for r in ok:
         for name in ("engine", "tp", "weights", "kv_dtype", "cuda_graphs", "trial_key"):
             assert name in r.data.params
+        # the child run holds the workload and the engine's version
+        assert r.data.params["workload.prompt_tokens"] and r.data.params["workload.concurrency"]
+        assert r.data.tags["version.engine"].startswith("sim-")
+        assert r.data.tags["client.parse"] == "scan"  # the sim sends per-chunk usage
         assert r.data.metrics["output_tok_s_c4"] > r.data.metrics["output_tok_s_c1"]
         history = client.get_metric_history(r.info.run_id, "output_tok_s")
         assert sorted(m.step for m in history) == [1, 4]  # x = concurrency

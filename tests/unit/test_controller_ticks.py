@@ -1,9 +1,10 @@
 """The sweep controller driven tick by tick, with stand-in actors instead of Ray.
 
 ``TickCluster`` is a ``Cluster`` whose every call answers after a set number of ticks
-(one ``wait`` is one tick) and whose node has a fixed number of GPUs; the stand-in
-``EngineHost`` and ``LoadGenerator`` answer the real typed messages. The controller,
-the trials' phases, the verdicts and the ledger are the real ones.
+(one ``wait`` is one tick) and whose nodes have fixed numbers of GPUs (one node unless
+``nodes`` are given); the stand-in ``EngineHost`` and ``LoadGenerator`` answer the real
+typed messages. The controller, the trials' phases, the verdicts and the ledger are the
+real ones.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import pytest
 from ray.exceptions import ActorDiedError, RayTaskError
 
 from actors.contracts.messages import LaunchInfo, Observation, Readiness, StopResult
+from actors.contracts.reaping import NodeReap, ReapTarget
 from actors.contracts.results import LevelMetrics, LevelResult
 from actors.contracts.states import FailureClass, TrialStatus
+from orchestrator.execution.cluster import NODE_ID_LABEL, NodeInfo
 from orchestrator.execution.controller import SweepController
 from orchestrator.execution.progress import Progress
 from orchestrator.execution.trial import TrialPhase
@@ -46,9 +49,12 @@ class StandInHost:
     def __init__(self, fail: dict[str, FailureClass] | None = None):
         self.fail = fail or {}
         self.stopped = False
+        self.node_id = "node-1"  # where the cluster started it, and on which GPUs
+        self.gpu_ids: list[str] = []
 
     def launch(self) -> LaunchInfo:
-        return LaunchInfo(host="node-1", marker="m", pid=4242, pgid=4242,
+        return LaunchInfo(host=self.node_id, node_id=self.node_id, marker="m", pid=4242,
+                          pgid=4242, start_time=777, gpu_ids=self.gpu_ids,
                           failure=self.fail.get("launch"))
 
     def wait_ready(self, timeout_s: float) -> Readiness:
@@ -86,48 +92,87 @@ class StandInLoadGen:
         return "level,round\n"
 
 
+@dataclass
+class _Reservation:
+    bundle: dict[str, float]
+    selector: dict[str, str] | None
+    ref: _Ref
+    made: int = 0  # the tick it was asked for
+    node: str | None = None
+    gpus: list[int] = field(default_factory=list)
+
+
 class TickCluster:
-    """A ``Cluster`` of one node with ``gpus`` GPUs where every call takes ``delay`` ticks;
-    ``hosts``/``loadgens`` make the stand-ins for a trial (by the order trials start)."""
+    """A ``Cluster`` of one node with ``gpus`` GPUs (or of ``nodes``) where every call
+    takes ``delay`` ticks; ``hosts``/``loadgens`` make the stand-ins for a trial (by the
+    order trials start); ``taken``: GPUs per node held by something else. A reservation
+    is held on the first node with room that matches its selector, on GPUs no other
+    holds (``holds``: every reservation held so far, with its node, GPUs and ticks)."""
 
     def __init__(self, gpus: int = 2, delay: int = 1, hosts: list[StandInHost] | None = None,
                  loadgens: list[StandInLoadGen] | None = None,
-                 slow: dict[str, int] | None = None, lost: set[str] | None = None):
-        self.gpus, self.free, self.delay, self.tick = gpus, gpus, delay, 0
+                 slow: dict[str, int] | None = None, lost: set[str] | None = None,
+                 nodes: list[NodeInfo] | None = None, taken: dict[str, int] | None = None):
+        self.node_list = nodes or [NodeInfo(node_id="node-1", host="host-1", gpus=gpus)]
+        self.gpus = sum(n.gpus for n in self.node_list)
+        self.free = {n.node_id: list(range((taken or {}).get(n.node_id, 0), n.gpus))
+                     for n in self.node_list}
+        self.delay, self.tick = delay, 0
         self.hosts, self.loadgens = list(hosts or []), list(loadgens or [])
         self.slow = slow or {}  # method -> ticks (NEVER: no answer)
         self.lost = lost or set()  # methods whose actor's node is gone
-        self.waiting: list[tuple[dict[str, float], _Ref]] = []
+        self.waiting: list[_Reservation] = []
+        self.holds: list[tuple[str, list[int], int, int | None]] = []  # node, gpus, from, to
         self.started_hosts: list[StandInHost] = []
+        self.reaped: list[tuple[str, list[ReapTarget], list[str]]] = []
+        self.max_wait = 0  # the most ticks a reservation waited to be held
 
-    def gpus_per_node(self) -> tuple[int, int]:
-        return self.gpus, self.gpus
+    def nodes(self) -> list[NodeInfo]:
+        return list(self.node_list)
 
-    def reserve(self, bundle: dict[str, float], name: str) -> Any:
-        ref = _Ref(ready_at=NEVER)
-        self.waiting.append((bundle, ref))
+    def reserve(self, bundle: dict[str, float], name: str,
+                selector: dict[str, str] | None = None) -> Any:
+        res = _Reservation(bundle, selector, _Ref(ready_at=NEVER), made=self.tick)
+        self.waiting.append(res)
         self._place()
-        return (bundle, ref)
+        return res
+
+    def _matches(self, node: NodeInfo, selector: dict[str, str] | None) -> bool:
+        labels = {**node.labels, NODE_ID_LABEL: node.node_id}
+        return all(labels.get(k) == v for k, v in (selector or {}).items())
 
     def _place(self) -> None:
-        for bundle, ref in list(self.waiting):
-            need = bundle.get("GPU", 0)
-            if need <= self.free:
-                self.free -= need
-                ref.ready_at = self.tick + self.delay
-                self.waiting.remove((bundle, ref))
+        for res in list(self.waiting):
+            need = int(res.bundle.get("GPU", 0))
+            for node in self.node_list:
+                if self._matches(node, res.selector) and len(self.free[node.node_id]) >= need:
+                    res.node, res.gpus = node.node_id, self.free[node.node_id][:need]
+                    del self.free[node.node_id][:need]
+                    res.ref.ready_at = self.tick + self.delay
+                    self.max_wait = max(self.max_wait, self.tick - res.made)
+                    self.holds.append((res.node, res.gpus, self.tick, None))
+                    self.waiting.remove(res)
+                    break
 
     def reserved(self, reservation: Any) -> _Ref:
-        return reservation[1]
+        return reservation.ref
 
     def release(self, reservation: Any) -> None:
-        bundle, ref = reservation
-        if ref.ready_at != NEVER:
-            self.free += bundle.get("GPU", 0)
+        res = reservation
+        if res in self.waiting:
+            self.waiting.remove(res)
+        elif res.node is not None:
+            self.free[res.node] = sorted(self.free[res.node] + res.gpus)
+            i = next(i for i, h in enumerate(self.holds)
+                     if h[0] == res.node and h[1] == res.gpus and h[3] is None)
+            self.holds[i] = (*self.holds[i][:3], self.tick)
+            res.node = None
         self._place()
 
     def start_host(self, reservation: Any, gpus: int, trial: dict, ctx: dict) -> StandInHost:
         host = self.hosts.pop(0) if self.hosts else StandInHost()
+        host.node_id = reservation.node or "node-1"
+        host.gpu_ids = [str(g) for g in reservation.gpus]
         self.started_hosts.append(host)
         return host
 
@@ -156,7 +201,12 @@ class TickCluster:
         pass
 
     def node_of(self, actor: Any) -> str | None:
-        return "node-1"
+        return getattr(actor, "node_id", "node-1")
+
+    def reap_on(self, node_id: str, targets: list[ReapTarget], sweeps: list[str],
+                timeout_s: float) -> _Ref:
+        self.reaped.append((node_id, targets, sweeps))
+        return _Ref(self.tick, value=NodeReap(node_id=node_id))
 
 
 def controller(tmp_path: Path, cluster: TickCluster, **space: Any) -> SweepController:
@@ -209,7 +259,9 @@ def test_trials_move_one_phase_per_tick_and_the_sets_follow(tmp_path):
 
 
 def test_a_trial_waits_for_gpus_without_a_deadline_while_another_holds_them(tmp_path):
-    ctl = controller(tmp_path, TickCluster(gpus=1))
+    # the node's second GPU is held by something else: packing sees room for two trials,
+    # Ray holds one of them back
+    ctl = controller(tmp_path, TickCluster(gpus=2, taken={"node-1": 1}))
     for _ in range(3):
         ctl.step()
     waiting = [t for t in ctl.running.values() if t.phase is TrialPhase.PLACE]

@@ -32,6 +32,10 @@ ALLOWED = {
     ("orchestrator/commands/calibrate.py", "sim"):
         "the spec's `sim:` section (SweepSpec.sim.profiles) the fitted factors are written "
         "under, not the engine",
+    ("orchestrator/planning/budget.py", "sim"):
+        "the spec's `sim:` section (its time scale set to 1 for real durations), not the engine",
+    ("orchestrator/planning/guided.py", "sim"):
+        "the spec's `sim:` section (the recalibrated profiles), not the engine",
 }
 
 

@@ -156,3 +156,20 @@ def test_version_and_a_closed_pipe_exit_quietly():
     p.stdout.close()
     err = p.stderr.read().decode() if p.stderr else ""
     assert p.wait(60) == 0 and "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_the_spec_objective_ranks_the_winners():
+    """On two H200s TP 2 wins raw throughput at every level; per GPU TP 1 does (issue 19:
+    12,836 vs 8,346 tok/s at c=128 is 6,418 vs 8,346 per GPU)."""
+    from orchestrator.spec.search import Objective
+
+    tp = list(Ledger(FIXTURES / "h200-sweeps" / "h200x2-vllm-tp-20261129-210729-2782")
+              .results().values())
+    raw = winners(tp, SLO())
+    per_gpu = winners(tp, SLO(), objective=Objective.OUTPUT_TOK_S_PER_GPU)
+    assert {w.label.split()[1] for w in raw} == {"tp2"}
+    assert {w.label.split()[1] for w in per_gpu} == {"tp1"}
+    w = per_gpu[-1]
+    assert w.objective == "output_tok_s_per_gpu" and w.score == pytest.approx(w.output_tok_s)
+    runner = next(r for r in tp if r.config.tp == 2).level(w.concurrency)
+    assert w.margin == pytest.approx(w.score / (runner.metrics.output_tok_s / 2) - 1)

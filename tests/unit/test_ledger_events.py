@@ -69,3 +69,33 @@ def test_an_unknown_event_or_value_is_refused_where_it_is_read_back(tmp_path, li
         f.write(json.dumps(line) + "\n")
     with pytest.raises(ServesweepError, match=r"ledger.jsonl:2: not a ledger event"):
         ledger.events()
+
+
+def test_a_started_event_written_before_start_times_still_reads(tmp_path):
+    ledger = _ledger(tmp_path)
+    old = {"type": "started", "ts": 1.0, "key": "k", "pid": 12, "pgid": 12, "marker": "s/k",
+           "host": "h", "node_id": "n"}  # a line of a ledger written before start_time
+    with open(ledger.path, "a") as f:
+        f.write(json.dumps(old) + "\n")
+        f.write(json.dumps({"type": "reaped", "ts": 2.0, "reason": "driver gone",
+                            "by": 3}) + "\n")
+    started, reaped = ledger.events()
+    assert (started.start_time, started.cgroup, started.node_id) == (None, None, "n")
+    assert reaped.complete is False and reaped.killed == {}
+
+
+def test_open_groups_are_started_without_a_result_or_a_complete_reap_since(tmp_path):
+    from orchestrator.results.events import AttemptFailed, Reaped, Started
+
+    ledger = _ledger(tmp_path)
+    ledger.append(Started(key="a", pid=1, start_time=10))
+    ledger.append(Started(key="b", pid=2, start_time=20))
+    ledger.record_result(TrialResult(key="a", config=CFG, status=TrialStatus.OK))
+    assert [g.key for g in ledger.open_groups()] == ["b"]
+    ledger.append(AttemptFailed(key="b", attempt=1, reason="node_lost"))
+    ledger.append(Started(key="b", pid=3, start_time=30))  # its second attempt
+    assert [(g.key, g.pid) for g in ledger.open_groups()] == [("b", 3)]
+    ledger.append(Reaped(reason="x", complete=False))
+    assert [g.pid for g in ledger.open_groups()] == [3]  # a node did not answer
+    ledger.append(Reaped(reason="x", complete=True))
+    assert ledger.open_groups() == []

@@ -41,7 +41,7 @@ class FakeTracker:
         self.parent_id = "p"
         return "p"
 
-    def sync_trials(self, ledger: Ledger, keys: Any = None) -> None:
+    def sync_trials(self, ledger: Ledger, keys: Any = None, workload: Any = None) -> None:
         self._call(f"sync {sorted(keys or [])}")
 
     def ensure_trial(self, record: Any, found: Any = None) -> tuple[str, int]:

@@ -7,13 +7,15 @@ import optuna
 from actors.contracts.results import LevelMetrics, LevelResult, TrialResult
 from actors.contracts.states import TrialStatus
 from orchestrator.planning.plan import plan_sweep
-from orchestrator.planning.search import GridSearcher, OptunaSearcher, objective_value
+from orchestrator.planning.samplers import StudySearcher
+from orchestrator.planning.search import GridSearcher, objective_value
 from orchestrator.spec import parse_spec
 from tests.conftest import minimal_spec
 
 
 def _spec(kind="grid", budget=None):
     data = minimal_spec()
+    data["workload"]["concurrency"] = [1]
     data["space"] = [{"engine": "sim", "profile": ["vllm", "trtllm"], "tp": [1, 2, 4],
                       "kv_dtype": ["auto", "fp8"]}]
     data["search"] = {"kind": kind, "budget": budget, "seed": 1}
@@ -42,36 +44,38 @@ def test_grid_runs_feasible_trials_once_and_hands_back_the_rest():
 def test_optuna_respects_budget_prunes_infeasible_and_resumes(tmp_path):
     spec = _spec("optuna", budget=4)
     planned = plan_sweep(spec)
-    s = OptunaSearcher(planned, {}, spec.search, tmp_path, "study")
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    s = StudySearcher(planned, {}, spec, storage, "study")
     asked = []
     while (p := s.ask()) is not None:
         asked.append(p)
         s.tell(p, _result(p, 100.0 * p.config.tp))
-    assert len(asked) == 4
+    assert len(asked) == 4 and "trial budget" in (s.stop_reason or "")
     assert len({p.config.key() for p in asked}) == 4
     assert all(p.feasible for p in asked)
-    study = optuna.load_study(study_name="study", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    study = optuna.load_study(study_name="study.c1", storage=storage)
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert len({t.params.values().__repr__() for t in complete}) == 4  # re-proposals repeat
+    assert {t.user_attrs["key"] for t in complete} == {p.config.key() for p in asked}
     assert abs(study.best_value - max(100.0 * p.config.tp for p in asked)) < 1e-6
     # a resumed search (same storage) does not repeat finished trials
     done = {p.config.key(): _result(p, 1.0) for p in asked}
-    s2 = OptunaSearcher(planned, done, spec.search.model_copy(update={"budget": 6}), tmp_path,
-                        "study")
+    spec6 = spec.model_copy(update={"search": spec.search.model_copy(
+        update={"budget": spec.search.budget.model_copy(update={"trials": 6})})})
+    s2 = StudySearcher(planned, done, spec6, storage, "study")
     more = []
     while (p := s2.ask()) is not None:
         more.append(p)
         s2.tell(p, _result(p, 1.0))
-    assert more and not ({p.config.key() for p in more} & set(done))
+    assert len(more) == 2 and not ({p.config.key() for p in more} & set(done))
 
 
 def test_objective_is_geometric_mean_or_one_level():
     spec = _spec()
     p = plan_sweep(spec)[0]
-    r = _result(p, 100.0)
-    r = r.model_copy(update={"levels": [
-        *r.levels, LevelResult(concurrency=4, status="valid", metrics=LevelMetrics(
-            output_tok_s=400.0, total_tok_s=1, requests_s=1))]})
+    levels = [LevelResult(concurrency=c, status="valid",
+                          metrics=LevelMetrics(output_tok_s=v, total_tok_s=v, requests_s=1))
+              for c, v in ((1, 100.0), (4, 400.0))]
+    r = TrialResult(key=p.config.key(), config=p.config, status=TrialStatus.OK, levels=levels)
     assert abs(objective_value(r, spec.search) - 200.0) < 1e-9
     at4 = objective_value(r, spec.search.model_copy(update={"at_concurrency": 4}))
     assert abs(at4 - 400.0) < 1e-9

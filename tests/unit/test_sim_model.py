@@ -23,15 +23,18 @@ def run(profile="vllm", hw="h100-sxm", c=1, n=None, prompt=512, output=128, seed
     return simulate_closed_loop(engine, c, n or max(2 * c, 4), prompt, output), mem
 
 
-@pytest.mark.parametrize("profile", ["vllm", "trtllm"])
-def test_cuda_graphs_matter_at_low_concurrency_not_at_saturation(profile):
+@pytest.mark.parametrize(("profile", "at_256"), [("vllm", 2.2), ("trtllm", 1.3)])
+def test_cuda_graphs_matter_at_low_concurrency_not_at_saturation(profile, at_256):
+    """vLLM keeps part of its graphs' gain at high load: steps that prefill replay piecewise
+    graphs (real vLLM 0.26 on an H200, 8B: graphs / eager 3.5x at c = 1, 1.96x at c = 128);
+    TensorRT-LLM runs such steps eagerly."""
     ratio = {}
     for c in (1, 256):
         on, _ = run(profile, c=c, cuda_graphs=True)
         off, _ = run(profile, c=c, cuda_graphs=False)
         ratio[c] = on.output_tok_s / off.output_tok_s
     assert ratio[1] > 1.5
-    assert ratio[256] < 1.3
+    assert ratio[256] < at_256
     assert ratio[256] < ratio[1] / 1.5
 
 
@@ -92,7 +95,8 @@ def test_deterministic_for_a_seed():
 
 def test_front_end_delay_grows_with_running_sequences_and_keeps_order():
     engine, _ = build_engine(LLAMA8, get_hardware("h100-sxm"), "vllm", SimConfig(), jitter=0.0,
-                             overrides={"admit_us_per_running": 1e6})  # 1 s per running seq
+                             overrides={"admit_us_per_running": 1e6,  # 1 s per running seq
+                                        "frontend_us": 0.0})
     first = engine.add("a", 64, 2)
     assert first.visible_at == engine.now  # nothing running: straight to the scheduler
     engine.step()  # a's prefill and first token
@@ -121,7 +125,8 @@ def test_front_end_delay_is_what_makes_ttft_grow_at_high_concurrency():
     with_delay, _ = run(hw="h200", c=128, n=256, prompt=512, output=256, shape=shape,
                         max_num_seqs=256)
     engine, _ = build_engine(shape, get_hardware("h200"), "vllm", SimConfig(max_num_seqs=256),
-                             jitter=0.0, overrides={"admit_us_per_running": 0.0})
+                             jitter=0.0, overrides={"admit_us_per_running": 0.0,
+                                                    "frontend_us": 0.0})
     without = simulate_closed_loop(engine, 128, 256, 512, 256)
     assert without.ttft_p50_ms < 250 < 600 < with_delay.ttft_p50_ms
     assert with_delay.output_tok_s == pytest.approx(without.output_tok_s, rel=0.03)

@@ -111,3 +111,20 @@ def test_trial_key_is_stable_and_config_sensitive():
     c = TrialConfig(engine="sim", profile="vllm", kv_dtype="fp8")
     assert a.key() == b.key() != c.key()
     assert len(a.key()) == 12
+
+
+def test_cluster_placement_options_and_their_errors():
+    data = minimal_spec()
+    data["cluster"] = {"gpu_type": "H100", "node_labels": {"pool": "bench"},
+                       "trials_per_node": 1, "order": "declared"}
+    c = parse_spec(data).cluster
+    assert (c.gpu_type, c.node_labels, c.trials_per_node, c.order) == \
+        ("H100", {"pool": "bench"}, 1, "declared")
+    assert parse_spec(minimal_spec()).cluster.order == "packed"
+    data["cluster"] = {"gpu_type": "H 100", "node_labels": {"pool": ""},
+                       "trials_per_node": 0, "order": "biggest"}
+    err = _err(data)
+    assert "cluster.gpu_type: gpu_type is a Ray accelerator type such as H100" in err
+    assert "cluster.node_labels: node label 'pool': '' is not a Ray node label" in err
+    assert "cluster.trials_per_node: Input should be greater than 0" in err
+    assert "cluster.order: Input should be 'packed' or 'declared'" in err

@@ -1,0 +1,169 @@
+"""Engine profiles: how each engine family behaves, and which numbers are fitted.
+
+The performance model's numbers come in three kinds, kept apart on purpose:
+
+- **physical** (``PHYSICAL``): what a datasheet or the model's config says: memory size and
+  bandwidth, dense FLOP/s per precision, interconnect bandwidth and all-reduce floor (the
+  hardware catalog, ``actors/contracts/hardware.yaml``), bytes per element (``BYTES``), and
+  the model's shape (layers, hidden size, heads, vocabulary, experts). Never fitted: a fit
+  that moved one would make the model right for the wrong reason.
+- **engine facts** (``ENGINE_FIXED``): what the engine does by design or by default, read
+  from its docs, code or startup log: admission policy, block size, chunked prefill, default
+  limits, which CUDA-graph modes it captures, memory it reserves. Never fitted either.
+- **fitted** (``FITTED``): efficiencies (the share of a physical peak a kernel reaches) and
+  software costs (launch, scheduling, front-end microseconds) that no datasheet gives.
+  ``servesweep calibrate`` fits these, and only these, to measured trials; a spec's
+  ``sim.profiles`` may override them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["EngineProfile", "PROFILES", "DEFAULT_PROFILE", "get_profile", "FITTABLE", "FITTED",
+           "ENGINE_FIXED", "PHYSICAL"]
+
+
+class EngineProfile(BaseModel):
+    """How one engine family behaves where real engines differ.
+
+    ``calibrate`` fits the fields named in ``FITTED``; the rest are engine facts.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    admission: Literal["guaranteed_no_evict", "preempt_recompute"]
+    block_size: int
+    chunked_prefill: bool
+    default_max_num_seqs: int
+    default_max_num_tokens: int
+    default_graph_max_batch: int
+    #: a step that prefills (or decodes more sequences than the full graphs hold) replays
+    #: piecewise graphs, attention run eagerly between them (vLLM V1's FULL_AND_PIECEWISE
+    #: with torch.compile); False: such a step runs eagerly (TensorRT-LLM's default)
+    piecewise_graphs: bool = False
+    #: reuse the KV of cached prompt blocks (vLLM V1's automatic prefix caching, on by
+    #: default; TensorRT-LLM's KV cache block reuse, on by default in its LLM API)
+    prefix_caching: bool = True
+    # -- fitted (FITTED): what a kernel reaches of a physical peak, what software costs -----
+    gemm_eff: float = Field(gt=0, le=1)  # of the dense FLOP/s peak, GEMMs and attention
+    mem_eff: float = Field(gt=0, le=1)  # of the HBM bandwidth, weights and KV streamed
+    eager_us_per_layer: float = Field(ge=0)  # launch cost per layer per iteration, no graphs
+    # the same replaying a full graph (decode-only batch); fitted, it also carries the CPU
+    # work of a decode iteration that the GPU's work hides at larger batches (sampling,
+    # output handling): the split is not identifiable from models of one depth
+    graph_us_per_layer: float = Field(ge=0)
+    # the same for a step that replays piecewise graphs with attention launched between them
+    piecewise_us_per_layer: float = Field(default=40, ge=0)
+    sched_us_per_seq: float = Field(ge=0)  # CPU scheduling cost per running sequence
+    # CPU cost of one iteration besides launches, whatever the batch: scheduling, input
+    # preparation, sampling, handing outputs to the front end
+    step_us: float = Field(default=0.0, ge=0)
+    # share of the shorter of (GPU time, launch time) that hides behind the longer: the CPU
+    # launches the next kernels while the GPU runs. 0: they add up; 1: the step takes the
+    # longer of the two. vLLM 0.26 eager on an H200 (2048-token prompts, c = 128): ITL
+    # 15.0 ms, as with graphs (14.8), where adding ~12 ms of launches would give ~27 ms
+    launch_overlap: float = Field(default=0.0, ge=0, le=1)
+    # bandwidth achieved streaming FP8 weights relative to BF16 (small-batch FP8 GEMMs do not
+    # reach the bandwidth roofline): vLLM 0.26 on an H200 decoded 8B FP8 at 3.36 ms vs
+    # 4.77 ms BF16, 1.42x where halving the bytes would give ~1.9x
+    fp8_weight_eff: float = Field(default=0.72, gt=0, le=1)
+    # FLOP/s FP8 GEMMs reach relative to BF16's efficiency x the FP8 peak (per-token
+    # activation quantisation, scales): 1 = twice BF16's compute rate
+    fp8_gemm_eff: float = Field(default=1.0, gt=0, le=1)
+    # bandwidth the attention kernel achieves reading an FP8 KV cache relative to a BF16
+    # one (it dequantises as it reads): 1 = half the bytes take half the time
+    fp8_kv_eff: float = Field(default=1.0, gt=0, le=1)
+    # software latency of one TP all-reduce beyond the catalog's link floor (the kernel's
+    # launch and the ranks' flag exchange), microseconds
+    allreduce_us: float = Field(default=0.0, ge=0)
+    # without graphs, extra launch and synchronisation cost per layer for each rank beyond
+    # the first (each rank's CPU launches its own kernels; every all-reduce waits for the
+    # slowest), microseconds; no measurement here constrains it yet (no TP > 1 eager run)
+    eager_tp_us_per_layer: float = Field(default=0.0, ge=0)
+    # a new request reaches the scheduler this long after it arrived, per sequence running
+    # then (the HTTP front end streams every running sequence's tokens and admits new
+    # requests in between); requests keep their order. vLLM 0.26 on an H200, 8B, 512 in /
+    # 256 out: ~0.3 ms gives its TTFT p50 at c = 8, 32 and 128 (otherwise 2-5x too low)
+    admit_us_per_running: float = Field(default=300, ge=0)
+    # and this long on an idle server: the API server's work per request (parse, queue to
+    # the engine core) plus the first output's way back. vLLM 0.26, H200, c = 1: TTFT
+    # 16-21 ms for a 128-token prompt whose prefill computes in ~3 ms
+    frontend_us: float = Field(default=0.0, ge=0)
+    # -- engine facts (ENGINE_FIXED): memory the engine keeps -----------------------------
+    activation_reserve_gib: float = Field(ge=0)
+    graph_pool_gib: float = Field(ge=0)  # memory CUDA graphs keep when on
+
+
+# The vLLM profile's fitted factors are `servesweep calibrate`'s in-sample fit (trf, 2026-12-01)
+# on every real measurement the project holds (benchmarks/crossval.py: 58 levels of vLLM 0.26
+# on H200s, 8B shapes, prompts of 128-4096 tokens, c = 1-256; benchmarks/README.md). The
+# TensorRT-LLM profile has no measurement to fit: its GEMM efficiency and overheads are
+# chosen so that it leads at low-to-mid concurrency (leaner launches, better bandwidth use)
+# and vLLM at high concurrency, the crossover the seed article measured on 4xH100; its newer
+# factors stay neutral (what the model did before they existed). Published TensorRT-LLM
+# numbers are a held-out check of it (benchmarks/crossval_published.py), never a target.
+PROFILES: dict[str, EngineProfile] = {
+    # vLLM V1: preempts and recomputes, 16-token blocks, chunked prefill, full graphs for
+    # decode batches and piecewise graphs for the rest (FULL_AND_PIECEWISE), prefix caching.
+    "vllm": EngineProfile(
+        name="vllm", admission="preempt_recompute", block_size=16, chunked_prefill=True,
+        default_max_num_seqs=256, default_max_num_tokens=8192, default_graph_max_batch=512,
+        piecewise_graphs=True, gemm_eff=0.58, mem_eff=0.79, eager_us_per_layer=440,
+        graph_us_per_layer=79, piecewise_us_per_layer=41, sched_us_per_seq=7.3, step_us=110,
+        launch_overlap=0.69, fp8_weight_eff=0.75, fp8_gemm_eff=0.78, fp8_kv_eff=0.62,
+        allreduce_us=0.8, eager_tp_us_per_layer=0.0, admit_us_per_running=270,
+        frontend_us=10800, activation_reserve_gib=0.8, graph_pool_gib=0.4),
+    # TensorRT-LLM (PyTorch backend): GUARANTEED_NO_EVICT, 32-token blocks, no chunked
+    # prefill by default, graphs up to batch 128 unless configured, leaner C++ runtime.
+    "trtllm": EngineProfile(
+        name="trtllm", admission="guaranteed_no_evict", block_size=32, chunked_prefill=False,
+        default_max_num_seqs=2048, default_max_num_tokens=8192, default_graph_max_batch=128,
+        gemm_eff=0.58, mem_eff=0.82, eager_us_per_layer=220, graph_us_per_layer=6,
+        sched_us_per_seq=20, activation_reserve_gib=0.8, graph_pool_gib=0.4),
+}
+
+#: The profile of a sim trial whose space entry names none, and the one that forecasts an
+#: engine no profile imitates.
+DEFAULT_PROFILE = "vllm"
+
+#: Profile fields ``calibrate`` fits (and ``sim.profiles`` may override), in a fixed order.
+FITTABLE = ("gemm_eff", "mem_eff", "eager_us_per_layer", "graph_us_per_layer",
+            "piecewise_us_per_layer", "sched_us_per_seq", "step_us", "launch_overlap",
+            "fp8_weight_eff",
+            "fp8_gemm_eff", "fp8_kv_eff", "allreduce_us", "eager_tp_us_per_layer",
+            "admit_us_per_running", "frontend_us")
+#: The same, as a set: efficiencies and software costs, fitted to measurements.
+FITTED: frozenset[str] = frozenset(FITTABLE)
+#: Profile fields that are engine facts (design, documented defaults): never fitted.
+ENGINE_FIXED: frozenset[str] = frozenset({
+    "name", "admission", "block_size", "chunked_prefill", "default_max_num_seqs",
+    "default_max_num_tokens", "default_graph_max_batch", "piecewise_graphs", "prefix_caching",
+    "activation_reserve_gib",
+    "graph_pool_gib"})
+#: Physical constants the model reads (hardware catalog fields, bytes per element, the
+#: model's shape): never fitted, never overridden by a profile.
+PHYSICAL: frozenset[str] = frozenset({
+    "hardware.hbm_gib", "hardware.hbm_tb_s", "hardware.tflops", "hardware.link_gb_s",
+    "hardware.allreduce_floor_us", "BYTES", "shape.layers", "shape.hidden", "shape.heads",
+    "shape.kv_heads", "shape.head_dim", "shape.intermediate", "shape.vocab",
+    "shape.experts", "shape.experts_per_token", "shape.expert_intermediate",
+    "shape.shared_expert_intermediate", "shape.linear_state_bytes_per_layer",
+    "shape.full_attention_layers", "shape.tied_embeddings"})
+
+
+def get_profile(name: str, overrides: dict[str, float] | None = None) -> EngineProfile:
+    """A named profile with optional overrides of fitted fields (e.g. from ``calibrate``)."""
+    if name not in PROFILES:
+        raise KeyError(f"unknown sim profile {name!r}; known: {', '.join(sorted(PROFILES))}")
+    prof = PROFILES[name]
+    if overrides:
+        unknown = set(overrides) - FITTED
+        if unknown:
+            raise ValueError(f"profile fields {sorted(unknown)} cannot be overridden; "
+                             f"use {', '.join(FITTABLE)}")
+        prof = EngineProfile.model_validate({**prof.model_dump(), **overrides})
+    return prof

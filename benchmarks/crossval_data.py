@@ -1,0 +1,171 @@
+"""The real measurements the cross-validation scores the sim on, found by walking folders.
+
+Two kinds of data count, both from real engines on real GPUs (never the sim):
+
+- **sweeps**: any folder under the roots with a ``ledger.jsonl`` and a ``spec.yaml`` (what
+  ``servesweep run`` writes, e.g. ``deploy/h200/run_sweep.sh``'s output copied under
+  ``benchmarks/results/``). Every valid level of a trial of a real engine (vLLM or
+  TensorRT-LLM) is a point; a level's figures are the median over its rounds. Sweeps with an
+  open-loop request rate are skipped (the benchmark predicts closed loops).
+- **agreement runs**: ``loadgen_agreement*.json`` in a folder that also holds the real vLLM
+  server's log (``vllm-server.log*``): one closed-loop level of vLLM 0.26 with its defaults
+  (CUDA graphs, BF16, ``--max-num-seqs 256``) measured by four clients in turn; the point's
+  figures are the median over those four runs. They add prompt lengths (128, 4096) the sweeps
+  lack. Open-loop runs (``--rate``) are skipped.
+
+The model's shape: the sweep's own ``model-config/config.json`` (or ``config.json``) when it
+ships one, else the spec's model (a preset or a local directory), else, for the H200 runbook's
+``/tmp/model``, ``deploy/h200/model-8b`` (what ``make_random_model.py`` builds by default).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from actors.contracts.config import TrialConfig
+from actors.contracts.results import LevelMetrics, LevelResult, TrialResult
+from actors.contracts.shapes import ModelShape, load_shape
+from actors.contracts.states import TrialStatus
+from orchestrator.planning.feasibility import family_of
+from orchestrator.planning.plan import spec_shape
+from orchestrator.results.calibrate import Point, collect_points
+from orchestrator.results.ledger import Ledger
+from orchestrator.spec import SweepSpec, load_spec, parse_spec
+
+__all__ = ["ROOT", "DEFAULT_ROOTS", "Dataset", "discover", "point_label", "config_group"]
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_ROOTS = (ROOT / "tests" / "fixtures" / "h200-sweeps", ROOT / "benchmarks" / "results",
+                 ROOT / "benchmarks" / "measured")
+RUNBOOK_MODEL = ROOT / "deploy" / "h200" / "model-8b"
+REAL_ENGINES = ("vllm", "trtllm")
+
+
+@dataclass
+class Dataset:
+    points: list[Point]
+    sources: dict[int, str]  # id(point) -> the folder/file it came from, relative to ROOT
+    skipped: list[str]  # what was found and left out, with why
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _sweep_shape(folder: Path, spec: SweepSpec) -> ModelShape | None:
+    for cand in (folder / "model-config", folder):
+        if (cand / "config.json").is_file():
+            return load_shape(path=str(cand))
+    shape = spec_shape(spec)
+    if shape is None and spec.model.path == "/tmp/model":
+        shape = load_shape(path=str(RUNBOOK_MODEL))
+    return shape
+
+
+def _load_sweep(folder: Path, data: Dataset) -> None:
+    try:
+        spec = load_spec(folder / "spec.yaml")
+    except Exception as err:  # a spec this servesweep cannot read: say so, go on
+        data.skipped.append(f"{_rel(folder)}: spec unreadable ({type(err).__name__})")
+        return
+    if spec.workload.request_rate is not None:
+        data.skipped.append(f"{_rel(folder)}: open loop (request_rate), not predicted")
+        return
+    results = [r for r in Ledger(folder).results().values() if r.config.engine in REAL_ENGINES]
+    if not results:
+        data.skipped.append(f"{_rel(folder)}: no trial of a real engine")
+        return
+    shape = _sweep_shape(folder, spec)
+    if shape is None:
+        data.skipped.append(f"{_rel(folder)}: model shape unknown (add model-config/)")
+        return
+    for pts in collect_points(results, spec).values():
+        for p in pts:
+            q = Point(p.trial, p.concurrency, p.measured, spec, shape)
+            data.points.append(q)
+            data.sources[id(q)] = _rel(folder)
+
+
+def _agreement_point(path: Path) -> Point | str:
+    d = json.loads(path.read_text())
+    a = d.get("args", {})
+    if a.get("rate") is not None:
+        return "open loop (--rate), not predicted"
+    rows = [r for r in d.get("rows", []) if r.get("tok_s") and r.get("ttft")]
+    if not rows:
+        return "no rows"
+    med = {"output_tok_s": statistics.median(r["tok_s"] for r in rows),
+           "ttft_p50_ms": statistics.median(r["ttft"] for r in rows),
+           "tpot_p50_ms": statistics.median(r["tpot"] for r in rows if r.get("tpot"))}
+    prompt, out, c = int(a["prompt_tokens"]), int(a["output_tokens"]), int(a["streams"])
+    max_len = 2048 if prompt + out <= 2048 else 8192  # deploy/h200/agreement.sh's MAX_MODEL_LEN
+    spec = parse_spec({
+        "name": "agreement", "model": {"path": "/tmp/model"}, "hardware": "h200",
+        "workload": {"prompt_tokens": prompt, "output_tokens": out, "concurrency": [c],
+                     "requests_per_round": int(a.get("requests") or 2 * c)},
+        "space": [{"engine": "vllm"}]})
+    cfg = TrialConfig(engine="vllm", max_num_seqs=256, max_model_len=max_len)
+    level = LevelResult(concurrency=c, status="valid", metrics=LevelMetrics(
+        output_tok_s=med["output_tok_s"], total_tok_s=med["output_tok_s"] * (prompt + out) / out,
+        requests_s=med["output_tok_s"] / out, ttft_p50_ms=med["ttft_p50_ms"],
+        tpot_p50_ms=med["tpot_p50_ms"]))
+    trial = TrialResult(key=cfg.key(), config=cfg, status=TrialStatus.OK, levels=[level])
+    return Point(trial, c, med, spec, load_shape(path=str(RUNBOOK_MODEL)))
+
+
+def _load_agreement(path: Path, data: Dataset) -> None:
+    if not any(path.parent.glob("vllm-server.log*")):
+        data.skipped.append(f"{_rel(path)}: no real server's log beside it (a sim run)")
+        return
+    got = _agreement_point(path)
+    if isinstance(got, str):
+        data.skipped.append(f"{_rel(path)}: {got}")
+        return
+    data.points.append(got)
+    data.sources[id(got)] = _rel(path)
+
+
+def discover(roots: tuple[Path, ...] | list[Path] = DEFAULT_ROOTS) -> Dataset:
+    """Every real measured point under ``roots`` (sweeps and agreement runs), in path order."""
+    data = Dataset([], {}, [])
+    seen: set[Path] = set()
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for ledger in sorted(root.rglob("ledger.jsonl")):
+            folder = ledger.parent.resolve()
+            if folder not in seen and (folder / "spec.yaml").is_file():
+                seen.add(folder)
+                _load_sweep(folder, data)
+        for path in sorted(root.rglob("loadgen_agreement*.json")):
+            if path.resolve() not in seen:
+                seen.add(path.resolve())
+                _load_agreement(path, data)
+    data.points = [p for p in data.points if family_of(p.trial.config) is not None]
+    return data
+
+
+def config_group(p: Point) -> str:
+    """A configuration's identity across sweeps: the engine settings, not the launch or the
+    model length (the same settings measured twice are one configuration)."""
+    c = p.trial.config
+    return c.model_copy(update={"max_model_len": None}).label()
+
+
+def point_label(p: Point) -> str:
+    c = p.trial.config
+    w = p.spec.workload if p.spec else None
+    parts = [f"tp{c.tp}", c.weights, f"kv={c.kv_dtype}", "graphs" if c.cuda_graphs else "eager"]
+    if c.max_num_seqs not in (None, 256):
+        parts.append(f"seqs={c.max_num_seqs}")
+    if c.gpu_memory_fraction != 0.9:
+        parts.append(f"mem={c.gpu_memory_fraction}")
+    if w is not None:
+        parts.append(f"{w.prompt_tokens}/{w.output_tokens}")
+    return " ".join(parts) + f" c={p.concurrency}"

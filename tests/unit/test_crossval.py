@@ -1,0 +1,73 @@
+"""The cross-validation benchmark finds every real measurement, folds it, and scores it."""
+
+from __future__ import annotations
+
+import shutil
+
+import benchmarks.crossval as cv
+from benchmarks.crossval_data import DEFAULT_ROOTS, config_group, discover, point_label
+from benchmarks.crossval_published import load_rows, sim_config
+from tests.conftest import FIXTURES
+
+
+def test_discovers_the_fixture_sweeps_and_the_real_agreement_runs_not_the_sim_ones():
+    data = discover(DEFAULT_ROOTS)
+    sources = set(data.sources.values())
+    assert any("h200x2-vllm-tp" in s for s in sources)
+    assert any("h200-agreement-20261130/loadgen_agreement-c4.json" in s for s in sources)
+    assert not any("agreement-sim" in s for s in sources)  # the sim's runs are no ground truth
+    assert any("agreement-sim" in s for s in data.skipped)
+    assert any("rate20" in s and "open loop" in s for s in data.skipped)
+    assert len(data.points) >= 31
+    lengths = {p.spec.workload.prompt_tokens for p in data.points if p.spec}
+    assert {128, 512, 4096} <= lengths
+    groups = {config_group(p) for p in data.points}
+    assert len(groups) >= 5  # the same settings measured twice are one configuration
+    assert all(p.shape is not None for p in data.points)
+    assert "c=128" in point_label(data.points[3])
+
+
+def test_a_sweep_dropped_under_a_root_joins_the_next_run(tmp_path):
+    src = FIXTURES / "h200-sweeps" / "h200-vllm-b-20261129-180103-ac67"
+    shutil.copytree(src, tmp_path / "new-gpu-sweep")
+    data = discover((tmp_path,))
+    assert len(data.points) == 8 and data.skipped == []
+
+
+def test_folds_hold_out_each_configuration_and_each_prompt_length():
+    pts = discover(DEFAULT_ROOTS).points
+    jobs = cv._folds(pts, 5, "powell", frozenset())
+    kinds = [j[0] for j in jobs]
+    lengths = {p.spec.workload.prompt_tokens for p in pts if p.spec}
+    assert kinds.count("lopo") == len(lengths) and kinds.count("insample") == 1
+    for kind, name, train, held, *_ in jobs:
+        if kind == "insample":
+            continue
+        assert not set(train) & set(held) and sorted(train + held) == list(range(len(pts)))
+        key = config_group if kind == "loco" else \
+            (lambda p: f"prompt={p.spec.workload.prompt_tokens}")
+        assert {key(pts[i]) for i in held} == {name}
+        assert name not in {key(pts[i]) for i in train}
+
+
+def test_summary_counts_points_outside_the_goal():
+    rows = [{"point": f"p{i}", "measured": {"output_tok_s": 1.0},
+             "err_default": {"output_tok_s": e}, "err_loco": {"output_tok_s": e / 2}}
+            for i, e in enumerate((0.05, -0.2, 0.12))]
+    s = cv.summarise(rows)["output_tok_s"]
+    assert s["default"]["outside_goal"] == 2 and s["loco"]["outside_goal"] == 0
+    assert s["default"]["worst"] == -0.2 and s["default"]["worst_point"] == "p1"
+    assert abs(s["default"]["mean_abs"] - 0.37 / 3) < 1e-12
+    assert "throughput (10% / 5%)" in cv.summary_table(cv.summarise(rows))
+
+
+def test_published_fixtures_are_complete_and_pinned():
+    rows = load_rows()
+    assert len(rows) == 76
+    for r in rows:
+        assert len(r["commit"]) == 40 and r["measured"]["output_tok_s"] > 0
+        cfg, defaulted = sim_config(r)
+        assert cfg.tp == r["tp"] and "kv_dtype = auto" in defaulted
+    seed = [r for r in rows if r["mode"] == "closed_loop"]
+    assert {r["requests"] for r in seed if r["concurrency"] == 128} == {1024}
+    assert all(r["file"].startswith("results/") for r in seed)
