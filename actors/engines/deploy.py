@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Removed", "DeployForm", "Deployment", "option_groups", "argv_drift",
+__all__ = ["host_or_port", "Removed", "DeployForm", "Deployment", "option_groups", "argv_drift",
            "NOT_MEASURED"]
 
 #: the words every export that differs from what was measured carries
@@ -84,6 +84,20 @@ class Deployment(_Frozen):
     def nothing(cls, engine: str, why: str) -> Deployment:
         return cls(engine=engine, measured_engine=engine, deployable=False,
                    measured_form=False, note=why)
+
+
+def host_or_port(flag: str, setting: str, cli: str) -> Removed | None:
+    """The benchmark-only ``--host`` / ``--port`` of a serve command (``cli``: the engine's
+    command, e.g. ``vllm serve``), or None for any other flag."""
+    if flag == "--host":
+        return Removed(setting=setting, why=(
+            "the benchmark bound the server to launch.host for the load generator on the "
+            f"same node; choose the bind address of your deployment (`{cli}` has its own "
+            "default)"))
+    if flag == "--port":
+        return Removed(setting=setting, why=(
+            f"a free port the benchmark host drew for the trial; `{cli}` defaults to 8000"))
+    return None
 
 
 def option_groups(tokens: list[str]) -> list[tuple[str, tuple[str, ...]]]:

@@ -14,6 +14,7 @@ from actors.engines.deploy import (
     Deployment,
     Removed,
     argv_drift,
+    host_or_port,
     option_groups,
 )
 from actors.engines.trtllm_options import OPTIONS_FILE, Release, TrtllmExtras
@@ -72,14 +73,9 @@ def trtllm_deployment(trial: TrialConfig, ctx: LaunchContext, plan: LaunchPlan,
     as_ran = dict(option_groups(measured_argv[2:])) if measured_argv else {}
     for flag, values in option_groups(tail):
         setting = " ".join([flag, *as_ran.get(flag, values)])
-        if flag == "--host":
-            removed.append(Removed(setting=setting, why=(
-                "the benchmark bound the server to launch.host for the load generator on the "
-                "same node; choose the bind address of your deployment")))
-        elif flag == "--port":
-            removed.append(Removed(setting=setting, why=(
-                "a free port the benchmark host drew for the trial; trtllm-serve defaults to "
-                "8000")))
+        bench = host_or_port(flag, setting, "trtllm-serve")
+        if bench is not None:
+            removed.append(bench)
         elif flag == "--max_seq_len" and trial.max_model_len is None:
             removed.append(Removed(setting=setting, why=(
                 f"the workload's request length ({w.prompt_tokens} prompt + {w.output_tokens} "

@@ -15,7 +15,14 @@ from typing import Any
 
 from actors.contracts.config import TrialConfig
 from actors.engines.base import LaunchContext, LaunchPlan
-from actors.engines.deploy import NOT_MEASURED, Deployment, Removed, argv_drift, option_groups
+from actors.engines.deploy import (
+    NOT_MEASURED,
+    Deployment,
+    Removed,
+    argv_drift,
+    host_or_port,
+    option_groups,
+)
 
 __all__ = ["vllm_deployment", "engine_kwargs", "BENCH_ENV"]
 
@@ -85,14 +92,9 @@ def vllm_deployment(trial: TrialConfig, ctx: LaunchContext, plan: LaunchPlan,
     as_ran = dict(option_groups(ran[1])) if ran else {}  # show values as the trial ran them
     for flag, values in option_groups(tail):
         setting = " ".join([flag, *as_ran.get(flag, values)])
-        if flag == "--host":
-            removed.append(Removed(setting=setting, why=(
-                "the benchmark bound the server to launch.host for the load generator on the "
-                "same node; `vllm serve` listens on every interface unless told otherwise")))
-        elif flag == "--port":
-            removed.append(Removed(setting=setting, why=(
-                "a free port the benchmark host drew for the trial; `vllm serve` defaults "
-                "to 8000")))
+        bench = host_or_port(flag, setting, "vllm serve")
+        if bench is not None:
+            removed.append(bench)
         elif flag == "--served-model-name":
             if ctx.model.served_name:
                 kept.append((flag, (ctx.model.served_name,)))

@@ -26,6 +26,7 @@ from actors.engines import get_adapter
 from actors.engines.base import LaunchContext
 from orchestrator.results.ledger import Ledger
 from tests.conftest import FIXTURES, ROOT
+from tests.kuberay_schema import closed
 from tests.unit.export_sweeps import H200_TP, copy_h200, rebuilt_sweep, run_export
 
 VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
@@ -196,23 +197,10 @@ def test_ray_serve_configs_validate_against_rays_schemas(exported):
         _check_serve(yaml.safe_load(f.read_text()))
 
 
-def _closed(schema: Any) -> Any:
-    """Every object schema with properties closed to unknown fields (strict validation)."""
-    if isinstance(schema, dict):
-        out = {k: _closed(v) for k, v in schema.items()}
-        if "properties" in out and "additionalProperties" not in out and \
-                not out.get("x-kubernetes-preserve-unknown-fields"):
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [_closed(x) for x in schema]
-    return schema
-
-
 def test_rayservice_manifests_validate_against_the_kuberay_crd(exported):
     import jsonschema
 
-    schema = _closed(json.loads(CRD_SCHEMA.read_text()))
+    schema = closed(json.loads(CRD_SCHEMA.read_text()))
     validator = jsonschema.Draft7Validator(schema)
     files = sorted(exported["vllm"].glob("*/rayservice.yaml"))
     assert len(files) == 4

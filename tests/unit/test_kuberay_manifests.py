@@ -16,27 +16,16 @@ import pytest
 import yaml
 
 from tests.conftest import FIXTURES, ROOT
+from tests.kuberay_schema import closed
 
 KUBERAY = ROOT / "deploy" / "kuberay"
-
-
-def _closed(schema: Any) -> Any:
-    if isinstance(schema, dict):
-        out = {k: _closed(v) for k, v in schema.items()}
-        if "properties" in out and "additionalProperties" not in out and \
-                not out.get("x-kubernetes-preserve-unknown-fields"):
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [_closed(x) for x in schema]
-    return schema
 
 
 def _errors(kind: str, manifest: dict[str, Any]) -> list[str]:
     import jsonschema
 
     schema = json.loads((FIXTURES / "kuberay" / f"{kind}-v1-schema.json").read_text())
-    validator = jsonschema.Draft7Validator(_closed(schema))
+    validator = jsonschema.Draft7Validator(closed(schema))
     return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(manifest)]
 
 
