@@ -85,9 +85,12 @@ def sim_config(row: dict, kv_dtype: str = "auto") -> tuple[SimConfig, list[str]]
                   gpu_memory_fraction=s["kv_cache_free_gpu_memory_fraction"])
     else:
         defaulted += ["max_num_seqs", "max_num_tokens", "gpu_memory_fraction"]
-    if row["mode"] == "offline":  # a prompt must fit one iteration without chunked prefill
-        kw["max_num_tokens"] = max(8192, row["prompt_tokens"])
-        defaulted.append("max_num_tokens = max(8192, ISL)")
+    if row["mode"] == "offline":
+        kw["graph_max_batch"] = 8192  # stated: cuda_graph_config batch_sizes up to 8192
+        # not stated: without chunked prefill a prompt must fit one iteration beside the
+        # running decodes, or long prompts could only start once every decode ended
+        kw["max_num_tokens"] = max(8192, row["prompt_tokens"] + 2048)
+        defaulted.append("max_num_tokens = max(8192, ISL + 2048)")
     defaulted.append(f"kv_dtype = {kv_dtype}")
     kw["kv_dtype"] = kv_dtype
     kw["max_model_len"] = row["prompt_tokens"] + row["output_tokens"]
