@@ -3,7 +3,7 @@
 Two kinds of data count, both from real engines on real GPUs (never the sim):
 
 - **sweeps**: any folder under the roots with a ``ledger.jsonl`` and a ``spec.yaml`` (what
-  ``servesweep run`` writes, e.g. ``deploy/h200/run_sweep.sh``'s output copied under
+  ``servesweep run`` writes, e.g. the H200 runbook's (``deploy/h200/``) output copied under
   ``benchmarks/results/``). Every valid level of a trial of a real engine (vLLM or
   TensorRT-LLM) is a point; a level's figures are the median over its rounds. Sweeps with an
   open-loop request rate are skipped (the benchmark predicts closed loops).

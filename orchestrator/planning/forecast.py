@@ -57,7 +57,8 @@ def predict_trial(trial: TrialConfig, spec: SweepSpec, shape: ModelShape) -> Tri
         engine, _ = build_engine(shape, hw, profile, cfg, seed=spec.sim.seed, jitter=0.0,
                                  overrides=spec.sim.profiles.get(profile))
         n = w.requests_for(c)
-        p = simulate_closed_loop(engine, c, n, w.prompt_tokens, w.output_tokens)
+        p = simulate_closed_loop(engine, c, n, w.prompt_tokens, w.output_tokens,
+                                 w.shared_prefix_tokens)
         per_round = p.duration_s
         warm = per_round * min(1.0, w.warmup_requests / n) if w.warmup_requests else 0.0
         measure += (warm + per_round * w.rounds_for(c)) * max(scale, 0.02) + 0.2
