@@ -8,6 +8,7 @@ the project (checked by tests/unit/test_layers.py).
   health), ``TrialResult``, ``TrialStatus``, ``Capacity``.
 - ``applied``: ``AppliedConfig``, what a server reports it runs with (common fields in
   one vocabulary, engine-specific ``facts``), read by its adapter.
+- ``slo``: ``SLO``, the latency limits (a level's p99s; each request's, for goodput).
 - ``kv``: ``KvPool``, the KV cache pool a server's log states (``EngineAdapter.kv_pool``).
 - ``reaping``: ``ReapTarget`` (an engine launch to stop on its node) and ``NodeReap``
   (what a node's reaper stopped).

@@ -48,6 +48,10 @@ class LevelMetrics(_M):
     chunk_gap_p50_ms: float | None = None
     chunk_gap_p99_ms: float | None = None
     round_spread: float = 0.0
+    #: with an SLO: output tokens/s of the requests that met every limit on their own
+    #: (median over rounds), and the share of requests that did (``actors.contracts.slo``)
+    goodput_tok_s: float | None = None
+    slo_met: float | None = None
 
 
 class ServerObservation(_M):

@@ -9,6 +9,7 @@ import ray
 
 from actors.contracts.config import Workload
 from actors.contracts.results import LevelResult
+from actors.contracts.slo import SLO
 from actors.engines import get_adapter
 from actors.loadgen.aggregate import request_itls
 from actors.loadgen.level import LevelRunner
@@ -69,7 +70,7 @@ class LoadGeneratorCore:
     def __init__(self, engine: str, base_url: str, model_name: str, workload: dict,
                  vocab_size: int, tokenizer_dir: str | None = None, time_scale: float = 1.0,
                  api_key: str | None = None, transport: str | None = None,
-                 shards: int | None = None):
+                 shards: int | None = None, slo: dict | None = None):
         self.workload = Workload.model_validate(workload)
         adapter = get_adapter(engine)
         ids = usable_token_ids(vocab_size, tokenizer_dir)
@@ -83,7 +84,8 @@ class LoadGeneratorCore:
                                   api_key=api_key, per_chunk_usage=adapter.per_chunk_usage,
                                   transport=transport or self.workload.client_transport,
                                   shards=shards or self.workload.client_shards,
-                                  token_ids=adapter.token_ids, tokenizer=tokenizer)
+                                  token_ids=adapter.token_ids, tokenizer=tokenizer,
+                                  slo=SLO.model_validate(slo) if slo else None)
         self._rows: list[tuple[int, RequestRecord]] = []
         self._t0: float | None = None
 

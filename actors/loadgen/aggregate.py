@@ -13,6 +13,9 @@ each request's count evenly over its chunks), ``unpaced`` (sim at time scale 0).
 Throughput, total tokens/s and requests/s are each the median over rounds (the mean
 of the middle two for an even count); every round is kept. Latencies are pooled over
 rounds. ITL is per token: a chunk of k tokens after a gap g counts as k gaps of g/k.
+Goodput (only with an ``SLO`` that sets a limit) is the median over rounds of the output
+tokens/s of the requests that met every limit on their own (``SLO.met_by``); ``slo_met`` is
+the share of measured requests that did.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from actors.contracts.results import (
     RoundResult,
     ServerObservation,
 )
+from actors.contracts.slo import SLO
 from actors.contracts.states import LevelFlag, LevelStatus
 from actors.engines.base import MetricsSample
 from actors.loadgen.proof import Judgement, Verdict, judge, prove
@@ -88,9 +92,11 @@ def request_itls(rec: RequestRecord, total: int | None = None) -> list[float]:
 
 def aggregate_level(concurrency: int, w: Workload, records: list[RequestRecord],
                     rounds: list[tuple[int, float]], samples: list[MetricsSample],
-                    health: ClientHealth, time_scale: float = 1.0) -> LevelResult:
+                    health: ClientHealth, time_scale: float = 1.0,
+                    slo: SLO | None = None) -> LevelResult:
     """Turn raw records into a ``LevelResult`` (validity, flags, engine-time metrics)."""
     scale = time_scale if time_scale > 0 else 1.0
+    ms = 1e3 / scale
     errors: dict[str, int] = {}
     bad: dict[str, int] = {}  # verdict detail -> requests
     sources: dict[str, int] = {}
@@ -122,6 +128,8 @@ def aggregate_level(concurrency: int, w: Workload, records: list[RequestRecord],
         first_err = next((r.error_detail for r in records if r.error_detail), "")
         if first_err:
             reason += f" (first: {first_err[:160]})"
+    good = _slo_met(records, counted, slo, ms)
+    goodput: list[float] = []
     round_results = []
     for rnd, wall in rounds:
         mine = [r for r in records if r.round == rnd]
@@ -133,10 +141,15 @@ def aggregate_level(concurrency: int, w: Workload, records: list[RequestRecord],
             round=rnd, requests=len(mine), duration_s=wall / scale,
             output_tok_s=out_tok * per_s, total_tok_s=tot_tok * per_s,
             requests_s=sum(1 for r in mine if id(r) in counted) * per_s))
+        goodput.append(sum(counted[id(r)] for r in mine if id(r) in good) * per_s)
     ok = [r for r in records if id(r) in counted and r.first_token is not None]
     metrics = None
     if round_results and ok:
-        metrics = _metrics(ok, counted, round_results, 1e3 / scale, scale)
+        metrics = _metrics(ok, counted, round_results, ms, scale)
+        if slo is not None and not slo.empty:
+            metrics = metrics.model_copy(update={
+                "goodput_tok_s": median(goodput) or 0.0,
+                "slo_met": len(good) / max(1, sum(1 for r in ok if r.round >= 0))})
         if metrics.round_spread > w.noise_band:
             flags.append(LevelFlag.NOISY)
     if health.loop_lag_p99_ms > LAG_LIMIT_MS or health.cpu_frac > CPU_LIMIT:
@@ -154,6 +167,22 @@ def aggregate_level(concurrency: int, w: Workload, records: list[RequestRecord],
         flags=flags, reason=reason, requests=len(records), metrics=metrics, rounds=round_results,
         errors=errors, count_mismatches=mismatches, count_sources=sources, server=_observe(samples),
         client=health, time_scale=time_scale)
+
+
+def _slo_met(records: list[RequestRecord], counted: dict[int, int], slo: SLO | None,
+             ms: float) -> set[int]:
+    """The ids of the counted requests that met every limit of ``slo`` on their own."""
+    if slo is None or slo.empty:
+        return set()
+    met = set()
+    for r in records:
+        if id(r) not in counted or r.first_token is None or r.round < 0:
+            continue
+        itl = percentile(request_itls(r, counted[id(r)]), 99)
+        if slo.met_by((r.first_token - r.start) * ms, None if itl is None else itl * ms,
+                      (r.end - r.start) * ms):
+            met.add(id(r))
+    return met
 
 
 def _metrics(ok: list[RequestRecord], counted: dict[int, int], rounds: list[RoundResult],

@@ -23,6 +23,7 @@ import aiohttp
 
 from actors.contracts.config import Workload
 from actors.contracts.results import ClientHealth, LevelResult
+from actors.contracts.slo import SLO
 from actors.contracts.states import LevelStatus
 from actors.engines.base import MetricsSample
 from actors.loadgen.aggregate import (
@@ -63,7 +64,7 @@ class LevelRunner:
                  api_key: str | None = None, per_chunk_usage: bool = True,
                  transport: str = "lean", shards: int = 1, coalesce_s: float = 0.001,
                  pass_size: int = PASS_SIZE, token_ids: bool = True,
-                 tokenizer: Any | None = None):
+                 tokenizer: Any | None = None, slo: SLO | None = None):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, not {transport!r}")
         if base_url.startswith("https://"):
@@ -88,6 +89,7 @@ class LevelRunner:
         self.path = "/v1/chat/completions" if workload.api == "chat" else "/v1/completions"
         self.url = self.base_url + self.path
         self.last_records: list[RequestRecord] = []
+        self.slo = slo  # goodput's per-request limits (aggregation only, in this process)
 
     # -- requests ---------------------------------------------------------------------------
     def _session(self, concurrency: int) -> aiohttp.ClientSession | ConnectionPool:
@@ -313,7 +315,7 @@ class LevelRunner:
             events_scanned=sum(r.scanned_events for r in records if r.round >= 0),
             events_json=sum(r.parsed_events for r in records if r.round >= 0))
         result = aggregate_level(concurrency, w, records, rounds, samples, health,
-                                 self.time_scale)
+                                 self.time_scale, self.slo)
         return result.model_copy(update={"wall_s": time.perf_counter() - t_wall})
 
 

@@ -176,7 +176,8 @@ class TrialExecution:
         self.lg = self.cluster.start_loadgen(
             self.pg, self.cfg.engine, ready.base_url, self.spec.model.served_name or
             self._served_name(), w.model_dump(mode="json"), vocab,
-            self.spec.model.tokenizer or self.spec.model.path, self.time_scale, api_key)
+            self.spec.model.tokenizer or self.spec.model.path, self.time_scale, api_key,
+            None, None, self.spec.slo.model_dump(mode="json"))
         return self._next_level()
 
     def _served_name(self) -> str:

@@ -40,8 +40,10 @@ class RegimeScore:
 
 def goodput_share(m: LevelMetrics, slo: SLO) -> float:
     """A lower bound on the share of requests that met every per-request SLO, from the
-    level's percentiles: a limit its p99 meets counts as met by all (p90: 90%, p50: half,
-    none: 0); the misses of several limits add up (union bound)."""
+    level's percentiles, for levels without a measured goodput (the performance model's
+    predictions, results written before it was measured): a limit its p99 meets counts as
+    met by all (p90: 90%, p50: half, none: 0); the misses of several limits add up (union
+    bound)."""
     missed = 0.0
     for limit_name, prefix in (("ttft_p99_ms", "ttft"), ("itl_p99_ms", "itl"),
                                ("e2e_p99_ms", "e2e")):
@@ -62,6 +64,8 @@ def level_objective(m: LevelMetrics, objective: Objective, tp: int, slo: SLO) ->
     if objective == Objective.OUTPUT_TOK_S_PER_GPU:
         return m.output_tok_s / tp
     if objective == Objective.GOODPUT:
+        if m.goodput_tok_s is not None:  # measured request by request (SLO.met_by)
+            return m.goodput_tok_s
         return m.output_tok_s * goodput_share(m, slo)
     return m.output_tok_s
 

@@ -26,7 +26,7 @@ __all__ = ["levels_frame", "Winner", "Crossover", "winners", "crossovers", "pare
 
 _METRICS = ("output_tok_s", "total_tok_s", "requests_s", "ttft_p50_ms", "ttft_p90_ms",
             "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "tpot_p50_ms", "e2e_p50_ms",
-            "e2e_p99_ms", "round_spread")
+            "e2e_p99_ms", "round_spread", "goodput_tok_s", "slo_met")
 
 
 def levels_frame(results: list[TrialResult], objective: Objective = Objective.OUTPUT_TOK_S,

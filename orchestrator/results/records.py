@@ -28,7 +28,7 @@ __all__ = ["TrialRecord", "SweepRecord", "trial_record", "sweep_record", "sweep_
 LEVEL_METRICS = ("output_tok_s", "total_tok_s", "requests_s", "ttft_p50_ms", "ttft_p90_ms",
                  "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "tpot_p50_ms", "e2e_p50_ms",
                  "e2e_p99_ms", "decode_tok_s_per_req_p50", "chunk_gap_p50_ms",
-                 "chunk_gap_p99_ms", "round_spread")
+                 "chunk_gap_p99_ms", "round_spread", "goodput_tok_s", "slo_met")
 
 SWEEP_ID_TAG = "servesweep.sweep_id"
 TRIAL_KEY_TAG = "servesweep.trial_key"

@@ -28,6 +28,7 @@ from actors.contracts.config import (
 )
 from actors.contracts.hardware import hardware_names
 from actors.contracts.shapes import preset_names
+from actors.contracts.slo import SLO
 from actors.contracts.states import FailureClass
 from actors.engines import adapter_names, get_adapter
 from orchestrator.errors import SpecError
@@ -86,14 +87,6 @@ class ClusterSpec(Frozen):
                                  "key and a value of letters, digits, '.', '_', '+', '/', "
                                  "'-', each 1-63 long)")
         return v
-
-
-class SLO(Frozen):
-    """A winner must meet every limit given here at that level."""
-
-    ttft_p99_ms: float | None = Field(default=None, gt=0)
-    itl_p99_ms: float | None = Field(default=None, gt=0)
-    e2e_p99_ms: float | None = Field(default=None, gt=0)
 
 
 class FailurePolicy(Frozen):
@@ -170,7 +163,36 @@ class SweepSpec(Frozen):
     @model_validator(mode="after")
     def _search_fits(self) -> SweepSpec:
         check_search_against(self.search, self.workload.concurrency, self.space)
+        _check_extra_params(self)
         return self
+
+
+def _check_extra_params(spec: SweepSpec) -> None:
+    """Each ``extra.<option>`` parameter against the typed extras of every engine it applies
+    to: an option the engine lacks, or a range end its model refuses, is the spec's error
+    (named ``search.params.extra.<option>``), not a failure when the search draws it."""
+    top = spec.workload.concurrency[-1]
+    for name, p in spec.search.params.items():
+        if not name.startswith("extra.") or p.same_as is not None:
+            continue
+        option = name.removeprefix("extra.")
+        values = p.values(top)
+        ends = {"low": values[0], "high": values[-1]} if values else {}
+        for engine in sorted({e.engine for e in spec.space} & set(p.engines or adapter_names())):
+            fields = get_adapter(engine).extras_model.model_fields
+            if option not in fields:
+                raise ValueError(
+                    f"search.params.{name}: {option!r} is not an option of engine {engine!r} "
+                    f"(its options: {', '.join(sorted(set(fields) - {'engine'}))}); limit the "
+                    f"parameter with engines: [...] or pick one of those")
+            for end, v in ends.items():
+                value = int(v) if p.type == "int" else v
+                try:
+                    get_adapter(engine).extras_model.model_validate({option: value})
+                except ValidationError as err:
+                    why = err.errors()[0]["msg"].removeprefix("Value error, ")
+                    raise ValueError(f"search.params.{name}.{end}: {value!r} is refused by "
+                                     f"engine {engine!r}: {why}") from None
 
 
 def format_validation_error(err: ValidationError, source: str = "spec") -> str:

@@ -279,3 +279,27 @@ def test_trace_ground_truth_is_readable(healthy: str):
         # the first token after the server wrote it
         server_ttft_ms = 1e3 * (writes[0] - arrivals[rid])
         assert 0 < server_ttft_ms <= float(d["ttft_ms"]) + 0.01
+
+
+def test_goodput_is_counted_request_by_request_against_the_slo(healthy):
+    """With an SLO the level counts the output tokens of the requests that met every limit on
+    their own; the per-request CSV shows the same requests' TTFTs."""
+    loose = {"ttft_p99_ms": 60_000.0, "e2e_p99_ms": 600_000.0}
+    core = LoadGeneratorCore("sim", healthy, "sim-model", workload(), 32000, None, 0.1, None,
+                             slo=loose)
+    m = asyncio.run(core.run_level(4, 0)).metrics
+    assert m is not None and m.slo_met == 1.0
+    assert m.goodput_tok_s == pytest.approx(m.output_tok_s)
+    # a TTFT limit between the fastest and the slowest request: only the fast ones count
+    ttfts = sorted(float(r["ttft_ms"]) / 0.1 for r in csv_rows(core) if int(r["round"]) >= 0)
+    limit = ttfts[len(ttfts) // 2]
+    core = LoadGeneratorCore("sim", healthy, "sim-model", workload(), 32000, None, 0.1, None,
+                             slo={"ttft_p99_ms": limit})
+    m = asyncio.run(core.run_level(4, 0)).metrics
+    assert m is not None and m.slo_met is not None and m.goodput_tok_s is not None
+    rows = [r for r in csv_rows(core) if int(r["round"]) >= 0]
+    met = sum(1 for r in rows if float(r["ttft_ms"]) / 0.1 <= limit)  # the CSV is client ms
+    assert m.slo_met == pytest.approx(met / len(rows))
+    assert m.goodput_tok_s <= m.output_tok_s
+    if 0 < met < len(rows):
+        assert 0 < m.goodput_tok_s < m.output_tok_s

@@ -216,3 +216,28 @@ def test_itl_spreads_the_count_over_chunks_when_per_chunk_counts_are_unknown():
     # 7 tokens after the first over 3 later chunks: shares 3, 2, 2 -> gaps 4/3, 2, 2 ms
     assert m.itl_p50_ms == pytest.approx(2) and abs(m.itl_p50_ms - m.tpot_p50_ms) < 0.25 * \
         m.tpot_p50_ms
+
+
+def test_goodput_counts_only_the_requests_that_met_every_limit_on_their_own():
+    from actors.contracts.slo import SLO
+
+    # per round: 3 fast requests (TTFT 10 ms) and 1 slow one (TTFT 50 ms); the level's TTFT
+    # p99 misses a 30 ms limit, yet three quarters of the tokens were served within it
+    records = [rec(r, i, ttft=0.050 if i == 3 else 0.010) for r in range(3) for i in range(4)]
+    res = aggregate_level(2, W, records, [(0, 0.1), (1, 0.1), (2, 0.1)], [], HEALTHY, 1.0,
+                          SLO(ttft_p99_ms=30))
+    m = res.metrics
+    assert m.output_tok_s == pytest.approx(160)
+    assert m.goodput_tok_s == pytest.approx(120) and m.slo_met == pytest.approx(0.75)
+    # each request's own ITL p99 against the ITL limit: a 5 ms gap in one request only
+    slow_gap = [rec(0, 0, gap=0.005), rec(0, 1), rec(0, 2), rec(0, 3)]
+    res = aggregate_level(2, W, slow_gap, [(0, 0.1)], [], HEALTHY, 1.0, SLO(itl_p99_ms=3))
+    assert res.metrics.goodput_tok_s == pytest.approx(120)
+    # engine time: at time scale 0.1, 10 ms of client time is 100 ms of engine time
+    res = aggregate_level(2, W, good(), [(0, 0.1), (1, 0.1), (2, 0.1)], [], HEALTHY, 0.1,
+                          SLO(ttft_p99_ms=50))
+    assert res.metrics.goodput_tok_s == 0 and res.metrics.slo_met == 0
+    # no limit set: no goodput measured (the objective then falls back to the lower bound)
+    assert level(good()).metrics.goodput_tok_s is None
+    assert aggregate_level(2, W, good(), [(0, 0.1)], [], HEALTHY, 1.0,
+                           SLO()).metrics.goodput_tok_s is None

@@ -79,3 +79,35 @@ def test_objective_is_geometric_mean_or_one_level():
     assert abs(objective_value(r, spec.search) - 200.0) < 1e-9
     at4 = objective_value(r, spec.search.model_copy(update={"at_concurrency": 4}))
     assert abs(at4 - 400.0) < 1e-9
+
+
+def test_goodput_ranks_by_the_measured_per_request_goodput_and_never_crowns_an_slo_miss():
+    from orchestrator.planning.regimes import best_per_regime, goodput_share, level_objective
+    from orchestrator.spec.search import Objective
+
+    data = minimal_spec()
+    data["workload"]["concurrency"] = [1]
+    data["space"] = [{"engine": "sim", "kv_dtype": ["auto", "fp8"]}]
+    data["slo"] = {"ttft_p99_ms": 100}
+    data["search"] = {"kind": "grid", "objective": "goodput"}
+    spec = parse_spec(data)
+    a, b = plan_sweep(spec)[:2]
+
+    def result(planned, tput, good, ttft_p99):
+        m = LevelMetrics(output_tok_s=tput, total_tok_s=tput, requests_s=1,
+                         ttft_p50_ms=50, ttft_p99_ms=ttft_p99, goodput_tok_s=good)
+        return TrialResult(key=planned.config.key(), config=planned.config,
+                           status=TrialStatus.OK,
+                           levels=[LevelResult(concurrency=1, status="valid", metrics=m)])
+
+    fast_but_late = result(a, 1000.0, 700.0, ttft_p99=150)  # misses the SLO at its p99
+    steady = result(b, 800.0, 790.0, ttft_p99=90)
+    m = fast_but_late.levels[0].metrics
+    assert level_objective(m, Objective.GOODPUT, 1, spec.slo) == 700.0  # measured
+    # without a measured goodput (a prediction): the percentile lower bound (p50 meets: half)
+    bare = m.model_copy(update={"goodput_tok_s": None})
+    assert goodput_share(bare, spec.slo) == 0.5
+    assert level_objective(bare, Objective.GOODPUT, 1, spec.slo) == 500.0
+    (best,) = best_per_regime([fast_but_late, steady], spec).values()
+    assert best is not None and best[0] is steady and abs(best[1].value - 790.0) < 1e-9
+    assert best_per_regime([fast_but_late], spec) == {"c1": None}
