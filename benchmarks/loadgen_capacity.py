@@ -60,6 +60,9 @@ def main() -> None:
                     help=f"the minimal SSE server (default {DEFAULT_SERVER})")
     ap.add_argument("--coalesce-ms", type=float, default=1.0,
                     help="the lean transport's read coalescing when busy (0: none)")
+    ap.add_argument("--formats", default="asked",
+                    help="what the C server's chunks carry, comma-separated: asked, text, ids "
+                         "(benchmarks/README.md)")
     ap.add_argument("--pass-size", type=int, default=None,
                     help="the most sockets the lean transport reads per loop callback "
                          "(default: the transport's, 16)")
@@ -67,14 +70,19 @@ def main() -> None:
     steps = [float(s) for s in args.modes.split(",")]
     streams = [int(s) for s in args.streams.split(",")]
     clients = args.clients.split(",")
+    formats = args.formats.split(",")
+    if formats != ["asked"] and args.server != "c":
+        ap.error("--formats needs --server c")
     rows: list[dict] = []
     with contextlib.ExitStack() as stack:
         vllm = stack.enter_context(VllmClient(cpus="1")) if "vllm" in clients else None
-        servers = {s: stack.enter_context(sse_server(s, cpus="0", kind=args.server)) for s in steps}
-        for step, srv in servers.items():
+        servers = {(fmt, s): stack.enter_context(sse_server(s, cpus="0", kind=args.server,
+                                                            fmt=fmt))
+                   for fmt in formats for s in steps}
+        for (fmt, step), srv in servers.items():
             for c in streams:
                 base = dict(mode="unpaced" if step == 0 else f"paced {step:g} ms", streams=c,
-                            offered=(c / step * 1e3) if step else None)
+                            offered=(c / step * 1e3) if step else None, format=fmt)
                 for t in clients:  # interleaved: every client meets the same conditions
                     if t == "vllm" and vllm is None:
                         continue
@@ -101,7 +109,8 @@ def main() -> None:
                                    itl=r["itl_p50_ms"], status=r["status"],
                                    flags=",".join(r["flags"]), cpu=r["client_cpu_frac"],
                                    secs=r["round_s"], per_read=r["tokens_per_read"],
-                                   lag=r["loop_lag_p99_ms"], reader=r.get("reader"))
+                                   lag=r["loop_lag_p99_ms"], reader=r.get("reader"),
+                                   parse=r.get("parse"))
                     # the server's CPU over this client's run (it idles between runs): a
                     # share near 1 means the server, not the client, set the rate
                     srv1 = proc_cpu_s(srv["pid"])
@@ -109,23 +118,24 @@ def main() -> None:
                         row["srv_us_tok"] = 1e6 * (srv1 - srv0) / toks
                         row["srv_cpu"] = (srv1 - srv0) / row["secs"] if row["secs"] else None
                     rows.append(row)
-    server_stats = {f"{s:g}": srv["stats"] for s, srv in servers.items()}
-    for r in rows:  # ratio to the vLLM client in the same mode and streams
+    server_stats = {f"{f} {s:g}": srv["stats"] for (f, s), srv in servers.items()}
+    for r in rows:  # ratio to the vLLM client in the same format, mode and streams
         ref = next((x for x in rows if x["client"] == "vllm-bench" and x["mode"] == r["mode"]
-                    and x["streams"] == r["streams"]), None)
+                    and x["streams"] == r["streams"] and x["format"] == r["format"]), None)
         r["vs_vllm"] = r["tok_s"] / ref["tok_s"] if ref and ref["tok_s"] else None
-    rows.sort(key=lambda r: (r["mode"], r["streams"], r["client"]))
-    print(table(rows, [("mode", "mode", "s"), ("streams", "streams", "d"),
+    rows.sort(key=lambda r: (r["format"], r["mode"], r["streams"], r["client"]))
+    print(table(rows, [("format", "format", "s"), ("mode", "mode", "s"),
+                       ("streams", "streams", "d"),
                        ("offered", "offered tok/s", ".0f"), ("client", "client", "s"),
                        ("tok_s", "tok/s", ".0f"), ("vs_vllm", "x vLLM", ".2f"),
                        ("us_tok", "CPU us/tok", ".1f"), ("per_read", "tok/read", ".2f"),
                        ("cpu", "client CPU", ".2f"), ("lag", "lag p99 ms", ".1f"),
                        ("srv_cpu", "server CPU", ".2f"), ("srv_us_tok", "srv us/tok", ".1f"),
                        ("ttft", "TTFT p50 ms", ".1f"), ("itl", "ITL p50 ms", ".2f"),
-                       ("flags", "flags", "s")]))
+                       ("parse", "parse", "s"), ("flags", "flags", "s")]))
     for s, st in server_stats.items():
         if st:
-            print(f"{args.server} server step {s} ms: {st['tokens']} tokens, {st['cpu_s']:.1f} "
+            print(f"{args.server} server ({s} ms): {st['tokens']} tokens, {st['cpu_s']:.1f} "
                   f"CPU s over {st['wall_s']:.1f} s alive "
                   f"({1e6 * st['cpu_s'] / max(st['tokens'], 1):.1f} us/token)")
     path = save("loadgen_capacity", {"machine": machine_note(), "rows": rows,

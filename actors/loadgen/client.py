@@ -28,6 +28,11 @@ __all__ = ["build_body", "stream_request", "StreamCounter", "chunk_text"]
 _CHOICE = b'"choices":[{'
 _COMPLETION = re.compile(rb'"completion_tokens":(\d+)')
 _PROMPT = re.compile(rb'"prompt_tokens":(\d+)')
+# without per-chunk usage: a token event lists its ids, or carries non-empty text; one that
+# also has a usage object, a finish reason or an error is parsed as JSON
+_IDS = b'"token_ids":['
+_TEXT = (b'"text":"', b'"content":"')
+_NOT_FAST = (b'"usage":{', b'"finish_reason":"', b'"error"')
 
 
 def build_body(model: str, api: str, prompt: list[int] | str, output_tokens: int,
@@ -60,8 +65,9 @@ class StreamCounter:
     ``feed(chunk, now)`` takes one read; every token completed in that read gets
     the read's arrival time ``now``. Events carrying per-chunk usage and a
     non-empty ``choices`` list are read without a JSON parse (the hot path, one
-    per token); everything else (the final usage, errors, servers without
-    per-chunk usage) is parsed with ``json``. Every read's bytes are kept in
+    per token), and so are token events without usage that list their token ids or
+    carry non-empty text (``_fast_event``); everything else (the final usage, a finish
+    reason, errors) is parsed with ``json``. Every read's bytes are kept in
     ``rec.body`` for ``proof.prove`` (``framed``: whole HTTP chunks, as the lean
     transport's fast path hands them over).
     """
@@ -107,7 +113,34 @@ class StreamCounter:
             if m is not None:
                 self.rec.scanned_events += 1
                 return self.usage(int(m.group(1)), data, start, end)
+            k = self._fast_event(data, start, i, end)
+            if k > 0:
+                self.rec.scanned_events += 1
+                return k
         return self._slow_event(data[start:end] if start or end != len(data) else data)
+
+    def _fast_event(self, data: bytes, start: int, i: int, end: int) -> int:
+        """A token event without usage, counted as ``_slow_event`` would count it: its ids
+        (exact), else one token for non-empty text; 0: leave it to the JSON parse."""
+        find = data.find
+        for marker in _NOT_FAST:
+            if find(marker, start, end) >= 0:
+                return 0
+        j = find(_IDS, i, end)
+        if j >= 0:
+            close = find(b"]", j, end)
+            if close <= j + len(_IDS):  # no list end, or an empty list
+                return 0
+            return data.count(b",", j, close) + 1
+        for marker in _TEXT:
+            t = find(marker, i, end)
+            if t >= 0:
+                t += len(marker)
+                if t >= end or data[t] == 34:  # 34: '"', an empty text
+                    return 0
+                self.rec.counts_known = False
+                return 1
+        return 0
 
     def usage(self, n: int, data: bytes | memoryview, start: int = 0,
               end: int | None = None) -> int:

@@ -139,6 +139,27 @@ def _scan(data: bytes) -> int:
     return tally(tallied, mode == 2) if tallied else -1
 
 
+_ENDS = (_FINISH, _USAGE, b"data: [DONE]")
+
+
+def _tail_start(data: bytes) -> int:
+    """Where the end of a response begins in a read: the start of the first chunk carrying a
+    finish reason, a usage object or ``[DONE]``, or of the terminating zero chunk (0: none
+    found, or the read starts there). A read that brought a stream's last tokens together
+    with its end (an unpaced or bunched stream) is then scanned up to there and only the end
+    goes to the general parser."""
+    find = data.find
+    k = min((i for i in (find(m) for m in _ENDS) if i >= 0), default=-1)
+    if k >= 0:
+        h = data.rfind(b"\r\ndata: ", 0, k + 1)  # the CRLF after that chunk's size line
+        if h < 0:
+            return 0
+        prev = data.rfind(b"\r\n", 0, h)  # the end of the chunk before it
+        return prev + 2 if prev >= 0 else 0
+    z = find(b"\r\n0\r\n\r\n")
+    return z + 2 if z >= 0 else 0
+
+
 class PoolView(Protocol):
     """What a ``Connection`` needs of the pool that reads for it (``pool.ConnectionPool``)."""
 
@@ -281,6 +302,15 @@ class Connection:
             if last <= -2:  # whole token events without usage: tally, done
                 self._tallied(last, data, now)
                 return
+            split = _tail_start(data) if len(data) > 512 else 0
+            if split > 1:  # token events, then the response's end: scan them, parse the end
+                last = _scan(data[:split])
+                if last >= 0:
+                    self._counted(last, data[:split], now)
+                    data = data[split:]
+                elif last <= -2:
+                    self._tallied(last, data[:split], now)
+                    data = data[split:]
         self.last_read = now
         try:
             if self.state == _BODY:

@@ -145,3 +145,57 @@ def test_coalescing_waits_only_where_it_cannot_bunch_reads():
     assert not off.coalescing()  # coalescing turned off
     for p in (pool, off):
         asyncio.run(p.close())
+
+
+@pytest.mark.parametrize("fmt", ["text", "ids", "asked"])
+def test_a_read_with_the_last_tokens_and_the_end_scans_the_tokens_and_parses_the_end(fmt):
+    """An unpaced stream brings many token events and the response's end in one read: the
+    token events are counted by the scan, only the end (finish reason, usage, [DONE], the
+    zero chunk) by the general parser, with the same counts as event by event."""
+    n = 40
+    if fmt == "text":
+        tokens = [b'data: {"choices":[{"index":0,"text":" a","finish_reason":null}]}\n\n'] * n
+    elif fmt == "ids":
+        tokens = [b'data: {"choices":[{"index":0,"text":" a","token_ids":[%d]}]}\n\n' % i
+                  for i in range(n)]
+    else:
+        tokens = [TOKEN % (i + 1, i + 6) for i in range(n)]
+    end = [b'data: {"choices":[{"index":0,"text":"","finish_reason":"length"}]}\n\n',
+           b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":%d,'
+           b'"total_tokens":%d}}\n\n' % (n, n + 5), b"data: [DONE]\n\n"]
+    events = tokens + end
+    ref, outcome = replay([HEAD] + [_chunk(e) for e in events] + [b"0\r\n\r\n"])
+    assert outcome is None and ref.ok and ref.completion_tokens == n
+    # the first token as its own read (as a server's first write), then every other token
+    # and the end in one read
+    rec, outcome = replay([HEAD + _chunk(events[0]), chunked(events[1:])])
+    assert outcome is None and rec.ok, rec.error_detail
+    assert (rec.completion_tokens, rec.chunk_tokens) == (n, ref.chunk_tokens)
+    assert rec.counts == [1, n - 1] and len(rec.arrivals) == 2
+    if fmt != "asked":  # the per-chunk-usage events carry a usage object: parsed as before
+        # every token event without JSON (the first through the counter's own scan, the
+        # others through the transport's); only the end's finish event is parsed
+        assert rec.scanned_events == n and rec.parsed_events == 1
+
+
+@pytest.mark.parametrize("payload", [
+    b'{"choices":[{"index":0,"text":" a","finish_reason":null}]}',
+    b'{"choices":[{"index":0,"text":" a b","token_ids":[11,12]}]}',
+    b'{"choices":[{"index":0,"text":"","token_ids":[]}]}',
+    b'{"choices":[{"index":0,"text":""}]}',
+    b'{"choices":[{"index":0,"delta":{"content":"x"}}]}',
+    b'{"choices":[{"index":0,"delta":{"reasoning_content":"x"}}]}',
+    b'{"choices":[{"index":0,"text":" \\"text\\":\\"","finish_reason":null}]}',
+    b'{"choices":[{"index":0,"text":" a","finish_reason":"length"}]}',
+    b'{"choices":[{"index":0,"text":" a"}],"usage":{"prompt_tokens":5,"completion_tokens":9}}',
+    b'{"choices":[{"index":0,"text":" a","prompt_token_ids":[1,2,3]}]}',
+    b'{"error":{"message":"boom"},"choices":[{"text":" a"}]}',
+])
+def test_the_counters_scan_counts_every_event_as_the_json_parse_does(payload: bytes):
+    """Token events without usage are counted without a JSON parse where it is safe; the
+    count and whether it is exact are the JSON parse's."""
+    fast, slow = StreamCounter(RequestRecord(0, 0)), StreamCounter(RequestRecord(1, 0))
+    assert fast.event(payload) == slow._slow_event(payload)
+    assert fast.rec.counts_known == slow.rec.counts_known
+    assert (fast.rec.error, fast.rec.completion_tokens) == \
+        (slow.rec.error, slow.rec.completion_tokens)
