@@ -29,6 +29,29 @@ def _print(text: str = "") -> None:
     print(text, flush=True)
 
 
+def _search_lines(spec: Any, planned: list[Any]) -> list[str]:
+    """How the space is searched: sampler, objective, regimes, budget, then one line per
+    parameter that varies (its domain, the engines it exists for, its conditions, ties)."""
+    from orchestrator.planning.space import Space
+
+    s = spec.search
+    lines = []
+    if s.kind == "optuna":
+        regimes = ", ".join(f"{n} {c}" for n, c in s.regime_levels(spec.workload.concurrency)
+                            .items())
+        slo = ", ".join(f"{k} <= {v:g}" for k, v in spec.slo.model_dump(exclude_none=True)
+                        .items()) or "none"
+        lines.append(f"  sampler {s.sampler.value}, objective {s.objective.value}, SLO {slo}, "
+                     f"budget {s.budget.describe() if s.budget else 'none'}; regimes: {regimes}")
+    params = Space(planned, spec).describe()
+    ties = [f"{n} = {p.same_as}" + "".join(f" when {k}={v}" for k, v in p.when.items())
+            for n, p in s.params.items() if p.same_as is not None]
+    if params or ties:
+        lines.append("  parameters:")
+        lines += [f"    {x}" for x in params + ties]
+    return lines
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.planning.plan import plan_sweep, spec_shape
     from orchestrator.spec import load_spec
@@ -58,6 +81,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _print(f"{spec.name}: {len(planned)} trials, {len(feasible)} to run, "
            f"{len(planned) - len(feasible)} infeasible; concurrency {spec.workload.concurrency}; "
            f"search {spec.search.kind}")
+    for line in _search_lines(spec, planned):
+        _print(line)
     for i, p in enumerate(planned, 1):
         mark = "run " if p.feasible else "skip"
         line = f"  {i:3d}. {mark} {p.config.label()}  [{p.config.key()}]"

@@ -68,7 +68,11 @@ class StudySearcher(Searcher):
         self._order = [p for p in planned]  # the grid's walk, and the fallback's
         if self.search.sampler != Sampler.GRID:
             self.rng.shuffle(self._order)
+        fresh = all(not st.get_trials(deepcopy=False) for st in self.studies.values())
         self._sync()
+        self.seeded: list[str] = []  # trial keys the model put first (seed_from_model)
+        if self.search.seed_from_model and fresh:
+            self._seed_from_model(self.search.seed_from_model)
 
     # -- studies ----------------------------------------------------------------------------
     def _sampler(self, i: int) -> Any:
@@ -83,6 +87,38 @@ class StudySearcher(Searcher):
             pop = max(4, min(50, self._cap() // 4))
             return optuna.samplers.NSGAIISampler(seed=seed, population_size=pop)
         return optuna.samplers.RandomSampler(seed=seed)  # random; grid and guided propose
+
+    def _seed_from_model(self, n: int) -> None:
+        """Enqueue the performance model's ``n`` best configs: each regime's study gets its
+        own top picks (regimes in turn, a config picked once), so the sampler's first asks
+        measure them and its later ones learn from them."""
+        from orchestrator.planning.model_view import predicted_levels
+        from orchestrator.planning.regimes import score_levels
+
+        if self.shape is None:
+            raise ValueError("search.seed_from_model needs the model's shape (model.preset, "
+                             "or model.path with a local config.json)")
+        ranked: dict[str, list[tuple[float, str]]] = {r: [] for r in self.regimes}
+        by_key = {}
+        for p in self.planned:
+            if not p.feasible:
+                continue
+            by_key[p.config.key()] = p
+            scores = score_levels(predicted_levels(p.config, self.spec, self.shape),
+                                  p.config, self.spec)
+            for r, sc in scores.items():
+                if sc.feasible and sc.value is not None:
+                    ranked[r].append((-sc.value, p.config.key()))
+        queues = {r: sorted(v) for r, v in ranked.items()}
+        while len(self.seeded) < n and any(queues.values()):
+            for r, q in queues.items():
+                while q and q[0][1] in self.seeded:
+                    q.pop(0)
+                if q and len(self.seeded) < n:
+                    key = q.pop(0)[1]
+                    self.seeded.append(key)
+                    self.studies[r].enqueue_trial(self.space.assignment(by_key[key]),
+                                                  user_attrs={"origin": "model"})
 
     def _cap(self) -> int:
         b = self.search.budget
@@ -266,7 +302,9 @@ class StudySearcher(Searcher):
         return self.budget.line()
 
     def trial_params(self, key: str) -> dict[str, str]:
-        return {"optuna.sampler": str(self.search.sampler), **self._origin.get(key, {})}
+        seeded = {"optuna.seeded_by": "model"} if key in self.seeded else {}
+        return {"optuna.sampler": str(self.search.sampler), **self._origin.get(key, {}),
+                **seeded}
 
     def next_candidates(self, n: int = 3) -> list[PlannedTrial]:
         """What the search would measure next (grid and Optuna samplers: in plan order)."""

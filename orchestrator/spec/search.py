@@ -164,6 +164,9 @@ class SearchSpec(Frozen):
     storage: str | None = None
     #: guided: the model's relative error out of sample; None: ``model_error()``'s figure
     model_error: float | None = Field(default=None, gt=0, lt=1)
+    #: tpe, random, nsga2: the studies first try the performance model's best N configs
+    #: (its top picks per regime, regimes in turn; a fresh study only), then sample
+    seed_from_model: int = Field(default=0, ge=0)
     seed: int = 0
 
     @field_validator("budget", mode="before")
@@ -197,6 +200,9 @@ class SearchSpec(Frozen):
             raise ValueError("sampler nsga2 needs also_minimize, e.g. [ttft_p99_ms]")
         if self.regimes is not None and self.at_concurrency is not None:
             raise ValueError("give regimes or at_concurrency, not both")
+        if self.seed_from_model and self.sampler in (Sampler.GRID, Sampler.GUIDED):
+            raise ValueError(f"seed_from_model seeds a sampling study (tpe, random, nsga2); "
+                             f"sampler {self.sampler.value} follows its own order: drop it")
         return self
 
     def regime_levels(self, concurrency: list[int]) -> dict[str, list[int]]:

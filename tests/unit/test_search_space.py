@@ -69,6 +69,11 @@ def test_param_only_for_one_engine_and_only_when_graphs_on():
     ({"regimes": {"x": [1, 8]}}, "search.regimes.x: levels [8]"),
     ({"sampler": "nsga2"}, "needs also_minimize"),
     ({"budget": {"gpu_hours": -1}}, "search.budget.gpu_hours"),
+    # extra.<option> ranges are checked against the engine's typed extras when the spec loads
+    ({"params": {"extra.jitter": {"type": "float", "low": 0.1, "high": 0.7, "step": 0.2}}},
+     "search.params.extra.jitter.high: 0.7 is refused by engine 'sim'"),
+    ({"params": {"extra.chunk_budget": {"type": "int", "low": 1, "high": 4}}},
+     "'chunk_budget' is not an option of engine 'sim' (its options: fault, jitter)"),
 ])
 def test_bad_search_specs_name_the_field_and_the_fix(search, needle):
     with pytest.raises(SpecError) as err:
@@ -182,3 +187,34 @@ def test_model_error_reads_crossval_or_defaults(tmp_path):
     (tmp_path / "crossval-x.json").write_text(
         '{"summary": {"output_tok_s": {"loco": {"mean_abs": 0.07}}}}')
     assert model_error(tmp_path)[0] == 0.07
+
+
+def test_tpe_seeded_by_the_model_measures_its_top_picks_first_then_samples(tmp_path):
+    from orchestrator.planning.model_view import predicted_levels
+    from orchestrator.planning.regimes import score_levels
+
+    spec = _spec({"sampler": "tpe", "seed_from_model": 2, "budget": 6, "params": TIED})
+    shape, measure = _truth(spec)
+    planned = plan_sweep(spec)
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    s = StudySearcher(planned, {}, spec, storage, "t", shape)
+    # the model's best at the first regime, as the planner predicts it
+    preds = {p.config.key(): score_levels(predicted_levels(p.config, spec, shape), p.config,
+                                          spec)["c1"].value for p in planned}
+    assert len(s.seeded) == 2 and preds[s.seeded[0]] == max(v or 0 for v in preds.values())
+    asked = []
+    while (p := s.ask()) is not None:
+        asked.append(p.config.key())
+        s.tell(p, measure(p.config))
+    assert asked[:2] == s.seeded and len(asked) == 6 == len(set(asked))
+    assert s.trial_params(asked[0])["optuna.seeded_by"] == "model"
+    assert "optuna.seeded_by" not in s.trial_params(asked[3])
+    # resumed on the same storage: nothing enqueued twice, the measured trials are known
+    done = {k: measure(next(p for p in planned if p.config.key() == k).config) for k in asked}
+    again = StudySearcher(planned, done, spec, storage, "t", shape)
+    assert again.seeded == [] and again.ask() is None  # the budget of 6 is spent
+
+
+def test_seed_from_model_is_refused_where_the_sampler_keeps_its_own_order():
+    with pytest.raises(SpecError, match="seed_from_model seeds a sampling study"):
+        _spec({"sampler": "guided", "seed_from_model": 3})
