@@ -13,6 +13,7 @@ set -euo pipefail
 EXPORT_DIR=$1 SPEC=$2 PORT=${3:-8000}
 REPO=$PWD NODE=${H200_NODE_DIR:-/tmp/servesweep-node} PY=${H200_NODE_PYTHON:-python3}
 MODEL=${H200_MODEL:-/tmp/model}
+case $SPEC in /*) ;; *) SPEC=$REPO/$SPEC ;; esac
 OUT=${OUT:-$NODE/out}; mkdir -p "$OUT" "$NODE/bin"
 t0=$SECONDS
 "$PY" deploy/h200/node.py install
@@ -37,9 +38,11 @@ echo "[roundtrip] $(date -u +%T) healthy after $((SECONDS - t0)) s (payload chec
 export SERVESWEEP_HOME=$NODE/roundtrip
 rc=0
 # from $NODE, as node.sh runs sweeps: servesweep is the carried build, not this checkout
-(cd "$NODE" && "$PY" -m orchestrator.commands.cli run "$REPO/$SPEC" --no-mlflow) 2>&1 \
+(cd "$NODE" && "$PY" -m orchestrator.commands.cli run "$SPEC" --no-mlflow) 2>&1 \
   | tee "$OUT/roundtrip-console.txt" || rc=$?
-SWEEP=$SERVESWEEP_HOME/sweeps/$(cat "$SERVESWEEP_HOME/sweeps/LATEST")
-tar -czf "$OUT/roundtrip-$(basename "$SWEEP").tar.gz" -C "$(dirname "$SWEEP")" "$(basename "$SWEEP")"
+if [ -f "$SERVESWEEP_HOME/sweeps/LATEST" ]; then
+  SWEEP=$SERVESWEEP_HOME/sweeps/$(cat "$SERVESWEEP_HOME/sweeps/LATEST")
+  tar -czf "$OUT/roundtrip-$(basename "$SWEEP").tar.gz" -C "$(dirname "$SWEEP")" "$(basename "$SWEEP")"
+fi
 echo "[roundtrip] $(date -u +%T) servesweep exited $rc after $((SECONDS - t0)) s; brought back: $(ls "$OUT")"
 exit $rc
