@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,10 @@ def main() -> None:
                 wall = time.monotonic() - t0
                 if run.returncode:
                     raise SystemExit(f"{spec} failed ({run.returncode}): {run.stderr[-2000:]}")
+                m = re.search(r"(\d+) trials \((\d+) ok\)", run.stdout)
+                if m is None or m.group(1) != m.group(2):  # a failed trial is no sweep's time
+                    raise SystemExit(f"{spec}: not every trial ended ok; its output:\n"
+                                     f"{run.stdout[-3000:]}")
                 est = data["estimated_sweep_s"]
                 learnt = data["overheads"]["sweeps"]
                 rows.append({"spec": Path(spec).stem, "rep": rep, "estimate_s": est,

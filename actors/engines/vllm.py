@@ -75,15 +75,17 @@ _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 def vllm_python(launch_python: str | None) -> str:
     """The interpreter that has vLLM: the spec's, the env's, or the repo's ``.venv-vllm``.
 
-    A relative path resolves against the current directory when it exists there,
-    else against the repository root; a bare name (``python3``) is left to PATH.
+    A relative path is made absolute against the current directory when it exists there,
+    else against the repository root; a bare name (``python3``) is left to PATH. Symlinks
+    are kept: a virtual environment's ``bin/python`` is a link to the base interpreter, and
+    only through the link does Python find the environment (``pyvenv.cfg``).
     """
     value = launch_python or settings().vllm_python or DEFAULT_PYTHON
     path = Path(value)
     if path.is_absolute() or os.sep not in value:
         return value
     if path.exists():
-        return str(path.resolve())
+        return os.path.abspath(path)
     return str(REPO_ROOT / path)
 
 

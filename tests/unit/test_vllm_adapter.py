@@ -118,6 +118,18 @@ def test_interpreter_and_executable(tmp_path, monkeypatch):
     assert argv[:3] == ["/usr/bin/vllm", "serve", "/models/m"]
 
 
+def test_a_relative_venv_interpreter_keeps_its_link(tmp_path, monkeypatch):
+    """``.venv-vllm/bin/python`` links to the base interpreter; resolving the link would run
+    Python outside the environment, where vLLM is not installed."""
+    import sys
+
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    assert vllm_python("venv/bin/python") == str(tmp_path / "venv" / "bin" / "python")
+
+
 def test_secrets_stay_in_env_as_references_and_are_redacted(tmp_path):
     plan = vllm.build_launch(trial(), ctx(tmp_path, env={"HF_TOKEN": "${HF_TOKEN}"}))
     assert plan.env["HF_TOKEN"] == "${HF_TOKEN}" and "${HF_TOKEN}" not in plan.argv
