@@ -112,10 +112,14 @@ def test_hold_trials_survive_a_lost_node_and_a_killed_driver(tmp_path, monkeypat
         assert len(r.host["gpu_ids"]) == r.config.tp
     for e in lost:  # retried: a later attempt, on a node still alive (checked above)
         assert results[e.key].attempt > e.attempt
-    # each final run held its GPUs from its last `scheduled` event to its `trial` event
+    # each final run used its GPUs from its last `started` event (its engine launched on
+    # them) to its `trial` event. Not from `scheduled`: right after the resume the killed
+    # driver's placement groups linger until Ray removes them, so a trial scheduled then
+    # may wait in placement for a GPU that another trial still holds, and only gets it
+    # when that one ends
     span: dict[str, list[float]] = {}
     for e in events:
-        if e.type == "scheduled":
+        if e.type == "started":
             span[e.key] = [e.ts, float("inf")]
         elif e.type == "trial":
             span[e.key][1] = e.ts
