@@ -30,9 +30,14 @@ _COMPLETION = re.compile(rb'"completion_tokens":(\d+)')
 _PROMPT = re.compile(rb'"prompt_tokens":(\d+)')
 # without per-chunk usage: a token event lists its ids, or carries non-empty text; one that
 # also has a usage object, a finish reason or an error is parsed as JSON
+# (the lean transport's scan, ``http1._scan``, reads the same keys)
 _IDS = b'"token_ids":['
-_TEXT = (b'"text":"', b'"content":"')
-_NOT_FAST = (b'"usage":{', b'"finish_reason":"', b'"error"')
+_TEXT_KEY = b'"text":"'
+_CONTENT_KEY = b'"content":"'
+_FINISH = b'"finish_reason":"'  # a finish reason that is a string, not null
+_USAGE = b'"usage":{'
+_TEXT = (_TEXT_KEY, _CONTENT_KEY)
+_NOT_FAST = (_USAGE, _FINISH, b'"error"')
 
 
 def build_body(model: str, api: str, prompt: list[int] | str, output_tokens: int,

@@ -35,7 +35,15 @@ import sys
 import time
 from typing import Protocol
 
-from actors.loadgen.client import _CHOICE, StreamCounter
+from actors.loadgen.client import (
+    _CHOICE,
+    _CONTENT_KEY,
+    _FINISH,
+    _IDS,
+    _TEXT_KEY,
+    _USAGE,
+    StreamCounter,
+)
 
 __all__ = ["Connection", "READ_SIZE", "arrival", "tally", "untally"]
 
@@ -48,11 +56,7 @@ _SO_TIMESTAMPNS = 35 if sys.platform == "linux" else None
 _TS_SPACE = socket.CMSG_SPACE(16)
 _timespec = struct.Struct("qq").unpack_from
 _COMPLETION_KEY = b'"completion_tokens":'
-_IDS = b'"token_ids":['
-_TEXT = b'"text":"'
-_CONTENT = b'"content":"'
-_FINISH = b'"finish_reason":"'  # a finish reason that is a string, not null
-_USAGE = b'"usage":{'
+_TEXT, _CONTENT = _TEXT_KEY, _CONTENT_KEY
 _DIGITS = re.compile(rb"\d+").match
 
 
