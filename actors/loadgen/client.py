@@ -94,12 +94,16 @@ class StreamCounter:
             self._arrived(got, now)
 
     def _arrived(self, got: int, now: float) -> None:
-        """``got`` tokens arrived in one read at ``now`` (they share that arrival time)."""
+        """``got`` tokens arrived in one read at ``now`` (they share that arrival time; a
+        read counted in two parts, scanned tokens then parsed ones, stays one arrival)."""
         rec = self.rec
         if rec.first_token is None:
             rec.first_token = now
-        rec.arrivals.append(now)
-        rec.counts.append(got)
+        if rec.arrivals and rec.arrivals[-1] == now:
+            rec.counts[-1] += got
+        else:
+            rec.arrivals.append(now)
+            rec.counts.append(got)
         rec.chunk_tokens += got
 
     @property

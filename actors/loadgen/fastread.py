@@ -24,14 +24,16 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from collections.abc import Callable
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 from actors.contracts.settings import settings
 
-__all__ = ["NativeReader", "reader", "why_not", "FIELDS"]
+__all__ = ["NativeReader", "reader", "why_not", "FIELDS", "scan", "scan_prefix", "prefix_scanner"]
 
-FIELDS = 5  # per read: fd, offset, length, kernel stamp ns (0: none), scan (-1: none)
+FIELDS = 6  # per read: fd, offset, length, kernel stamp ns (0: none), scan (-1: none),
+#            and the bytes the scan took from the read's start (``http1._scan_prefix``)
 _NAME = "_fastread"  # setup.py's Extension("actors.loadgen._fastread", ...)
 _DIR = Path(__file__).parent  # where the install put it
 _state: dict[str, object] = {}
@@ -65,6 +67,9 @@ def _load() -> ctypes.CDLL | str:
         lib.ss_drain.restype = ctypes.c_long
         lib.ss_scan.argtypes = [ctypes.c_char_p, ctypes.c_long]
         lib.ss_scan.restype = ctypes.c_longlong
+        lib.ss_scan_prefix.argtypes = [ctypes.c_char_p, ctypes.c_long,
+                                       ctypes.POINTER(ctypes.c_long)]
+        lib.ss_scan_prefix.restype = ctypes.c_longlong
     except (OSError, AttributeError) as err:
         return f"cannot load {path}: {err}; reinstall to rebuild it (pip install -e .)"
     return lib
@@ -89,6 +94,21 @@ def scan(data: bytes) -> int:
     if lib is None:
         raise RuntimeError(why_not())
     return int(lib.ss_scan(data, len(data)))
+
+
+def scan_prefix(data: bytes) -> tuple[int, int]:
+    """The C ``ss_scan_prefix`` of ``data``: (code, bytes taken), as ``http1._scan_prefix``."""
+    lib = _library()
+    if lib is None:
+        raise RuntimeError(why_not())
+    used = ctypes.c_long(0)
+    code = int(lib.ss_scan_prefix(data, len(data), ctypes.byref(used)))
+    return code, used.value
+
+
+def prefix_scanner() -> Callable[[bytes], tuple[int, int]] | None:
+    """``scan_prefix`` where the library loads, else None (use ``http1._scan_prefix``)."""
+    return scan_prefix if _library() is not None else None
 
 
 class NativeReader:

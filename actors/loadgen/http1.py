@@ -3,9 +3,10 @@
 Why: at one token per read, aiohttp's per-read machinery (stream reader, payload
 parser, iterator, task wake-up) costs more than the token itself. Here a connection
 (``Connection``) is a non-blocking socket that ``pool.ConnectionPool`` reads for it; each
-read goes to ``data_received``. A read that is whole chunks of whole one-line token
-events (the common case: one token per read) is counted in one tight scan
-(``_scan``: no copy, no SSE parse, no JSON); anything else goes through the general
+read goes to ``data_received``. A read's leading whole chunks of whole one-line token
+events (the common case: one token per read, or all of a read) are counted in one tight
+scan (``_scan_prefix``: no copy, no SSE parse, no JSON); a chunk cut off by the read's end
+waits for the next read; only the headers and the stream's end go through the general
 parser and ``StreamCounter``. No task wakes up per token.
 
 Timestamps: on Linux each read carries the kernel's receive time
@@ -89,41 +90,53 @@ def _scan(data: bytes) -> int:
 
     Otherwise -1, having changed nothing (the general parser then takes the read). An
     event with a finish reason or a usage object goes to the general parser."""
+    code, used = _scan_prefix(data)
+    return code if used == len(data) else -1
+
+
+def _scan_prefix(data: bytes) -> tuple[int, int]:
+    """``_scan`` of the longest run of leading chunks it accepts: (its code, the bytes they
+    span). It stops before the first chunk that is cut off by the read's end, is not a token
+    event (the response's end: a finish reason, a usage object, ``[DONE]``, the zero chunk),
+    is malformed, or is of another kind than those before it; (-1, 0) when the first one is.
+    A read that brings a response's headers, or a stream's last tokens with its end, or ends
+    in a partial chunk (unpaced and bunched streams), is so counted without a parse up to
+    there, and only the rest goes to the general parser."""
     find, starts = data.find, data.startswith
     pos, n, last, tallied, mode = 0, len(data), -1, 0, 0  # mode: 1 usage, 2 ids, 3 text
     while pos < n:
         nl = find(b"\r\n", pos, pos + 10)
         if nl <= pos:
-            return -1
+            break
         try:  # (int() also takes "+", "_" and spaces: harmless in a size, and the
             size = int(data[pos:nl], 16)  # general parser reads sizes the same way)
         except ValueError:
-            return -1
+            break
         start = nl + 2
         end = start + size
         # one line: "data: {...}\n\n", then the chunk's CRLF
         if (size < 10 or end + 2 > n or not starts(b"data: {", start)
                 or find(b"\n", start, end) != end - 2 or not starts(b"\n\r\n", end - 1)):
-            return -1
+            break
         i = find(_CHOICE, start, end)
         if i < 0:
-            return -1
+            break
         # the count: the digits after the last '"completion_tokens":' (a key: a quote inside
         # a JSON string is escaped) after a non-empty choices list
         j = data.rfind(_COMPLETION_KEY, i, end)
         if j >= 0:
             m = _DIGITS(data, j + len(_COMPLETION_KEY), end)
             if m is None or mode > 1:
-                return -1
+                break
             mode, last = 1, int(m.group())
         elif mode == 1 or find(_FINISH, i, end) >= 0 or find(_USAGE, i, end) >= 0:
-            return -1
+            break
         else:
             j = find(_IDS, i, end)
             if j >= 0:
                 close = find(b"]", j, end)
                 if close < 0 or close == j + len(_IDS) or mode == 3:
-                    return -1
+                    break
                 mode = 2
                 tallied += data.count(b",", j, close) + 1
             else:
@@ -134,34 +147,26 @@ def _scan(data: bytes) -> int:
                 else:
                     t += len(_TEXT)
                 if t < 0 or t >= end or data[t] == 34 or mode == 2:  # 34: '"', empty text
-                    return -1
+                    break
                 mode = 3
                 tallied += 1
         pos = end + 2
     if mode == 1:
-        return last
-    return tally(tallied, mode == 2) if tallied else -1
+        return last, pos
+    return (tally(tallied, mode == 2), pos) if tallied else (-1, 0)
 
 
-_ENDS = (_FINISH, _USAGE, b"data: [DONE]")
-
-
-def _tail_start(data: bytes) -> int:
-    """Where the end of a response begins in a read: the start of the first chunk carrying a
-    finish reason, a usage object or ``[DONE]``, or of the terminating zero chunk (0: none
-    found, or the read starts there). A read that brought a stream's last tokens together
-    with its end (an unpaced or bunched stream) is then scanned up to there and only the end
-    goes to the general parser."""
-    find = data.find
-    k = min((i for i in (find(m) for m in _ENDS) if i >= 0), default=-1)
-    if k >= 0:
-        h = data.rfind(b"\r\ndata: ", 0, k + 1)  # the CRLF after that chunk's size line
-        if h < 0:
-            return 0
-        prev = data.rfind(b"\r\n", 0, h)  # the end of the chunk before it
-        return prev + 2 if prev >= 0 else 0
-    z = find(b"\r\n0\r\n\r\n")
-    return z + 2 if z >= 0 else 0
+def _cut_off(data: bytes) -> bool:
+    """``data`` is the start of one HTTP chunk that the read's end cut off (its size line,
+    or fewer bytes than the size says, or its closing CRLF missing)."""
+    nl = data.find(b"\r\n", 0, 10)
+    if nl < 0:
+        return len(data) < 10
+    try:
+        size = int(data[:nl], 16)
+    except ValueError:
+        return False
+    return nl + 2 + size + 2 > len(data)
 
 
 class PoolView(Protocol):
@@ -171,6 +176,8 @@ class PoolView(Protocol):
     token_gap: float  # running mean gap between a stream's tokens (coalescing)
 
     def _register(self, conn: Connection) -> None: ...
+
+    def scan_prefix(self, data: bytes) -> tuple[int, int]: ...  # ``_scan_prefix`` (or in C)
 
     def _unregister(self, conn: Connection) -> None: ...
 
@@ -210,6 +217,7 @@ class Connection:
         self.error_body: list[bytes] | None = None
         self.got_bytes = False
         self.fast = False  # between chunks and events of a 200 chunked body: try _scan first
+        self.pending = b""  # while fast: the start of a chunk the last read cut off
 
     # -- socket events ----------------------------------------------------------------------
     def start(self) -> None:
@@ -295,42 +303,61 @@ class Connection:
                 self.fut.set_result(("disconnect", detail, self.got_bytes))
 
     def data_received(self, data: bytes, now: float | None = None) -> None:
-        """One read's bytes, all of which reached this host at ``now``."""
+        """One read's bytes, all of which reached this host at ``now``.
+
+        Between token events (``fast``) the read's leading whole token chunks are counted by
+        the scan (``pool.scan_prefix``); a chunk the read's end cut off waits in ``pending``
+        for the next read, which is scanned with it; anything else that follows (the
+        stream's end) goes to the general parser. A read that brings the headers gives the
+        general parser just the headers, then is scanned on."""
         if now is None:
             now = _perf()
-        if self.fast:
-            last = _scan(data)
-            if last >= 0:  # whole token events with per-chunk usage: count, done
-                self._counted(last, data, now)
-                return
-            if last <= -2:  # whole token events without usage: tally, done
-                self._tallied(last, data, now)
-                return
-            split = _tail_start(data) if len(data) > 512 else 0
-            if split > 1:  # token events, then the response's end: scan them, parse the end
-                last = _scan(data[:split])
-                if last >= 0:
-                    self._counted(last, data[:split], now)
-                    data = data[split:]
-                elif last <= -2:
-                    self._tallied(last, data[:split], now)
-                    data = data[split:]
-        self.last_read = now
         try:
-            if self.state == _BODY:
+            if self.state == _HEAD:
+                self.last_read = now
+                data = self._head(data)
+                if self.state != _BODY:
+                    return
+                if not self.chunked:
+                    if data or self.remaining == 0:
+                        self._body(data, now)
+                    return
+                self._refresh_fast()
+            if self.fast and data:
+                if self.pending:
+                    data, self.pending = self.pending + data, b""
+                code, used = self.pool.scan_prefix(data)
+                if used:
+                    whole = used == len(data)
+                    part = data if whole else data[:used]
+                    if code >= 0:
+                        self._counted(code, part, now)
+                    else:
+                        self._tallied(code, part, now)
+                    if whole:
+                        return
+                    data = data[used:]
+                if _cut_off(data):
+                    self.pending, self.last_read = data, now
+                    return
+            self.last_read = now
+            if self.state == _BODY and data:
                 self._body(data, now)
-            elif self.state == _HEAD:
-                self._head(data, now)
             # bytes after the end of a response (none expected) are ignored
         except (_HTTPError, ValueError, UnicodeDecodeError) as err:
             self._fail("protocol", f"{type(err).__name__}: {err}")
             return
+        self._refresh_fast()
+
+    def _refresh_fast(self) -> None:
         self.fast = (self.state == _BODY and self.chunked and self.error_body is None
-                     and self.remaining == 0 and not self.need_crlf and not self.buf
+                     and self.remaining <= 0 and not self.need_crlf and not self.buf
                      and self.counter is not None and self.counter.between_events)
 
     # -- parsing ----------------------------------------------------------------------------
-    def _head(self, data: bytes, now: float) -> None:
+    def _head(self, data: bytes) -> bytes:
+        """Parse the status line and headers; returns the bytes after them (b"" while they
+        are incomplete: they wait in ``buf``)."""
         self.got_bytes = True
         buf = self.buf + data if self.buf else data
         end = buf.find(b"\r\n\r\n")
@@ -338,7 +365,7 @@ class Connection:
             if len(buf) > 65536:
                 raise _HTTPError("response headers too long")
             self.buf = buf
-            return
+            return b""
         lines = buf[:end].decode("latin-1").split("\r\n")
         parts = lines[0].split(" ", 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
@@ -362,9 +389,7 @@ class Connection:
         self.state = _BODY
         if self.status != 200:
             self.error_body = []
-        rest = buf[end + 4:]
-        if rest or (not self.chunked and self.remaining == 0):
-            self._body(rest, now)
+        return buf[end + 4:]
 
     def _payload(self, payload: bytes, now: float) -> None:
         if self.error_body is not None:

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from actors.loadgen import fastread
 from actors.loadgen.client import StreamCounter
-from actors.loadgen.http1 import READ_SIZE, Connection, arrival
+from actors.loadgen.http1 import READ_SIZE, Connection, _scan_prefix, arrival
 from actors.loadgen.records import RequestRecord
 
 __all__ = ["ConnectionPool", "PASS_SIZE", "stream_request_lean"]
@@ -103,6 +103,10 @@ class ConnectionPool:
         #: the native read pass (fastread.c), or None: the Python one
         self.native = (fastread.reader(pass_size, READ_SIZE)
                        if self._ep is not None and native_read else None)
+        #: a read's leading whole token chunks (``http1._scan_prefix``; in C with the native
+        #: pass): how a connection counts what a drain's scan did not take at once
+        self.scan_prefix = ((self.native is not None and fastread.prefix_scanner())
+                            or _scan_prefix)
 
     # -- readiness --------------------------------------------------------------------------
     def _register(self, conn: Connection) -> None:
@@ -189,7 +193,7 @@ class ConnectionPool:
         fds, view, offset = self._fds, self.native.view, self.clock_offset  # type: ignore
         now = _perf()
         it = iter(recs)
-        for fd, off, length, ns, last in zip(it, it, it, it, it):
+        for fd, off, length, ns, last, used in zip(it, it, it, it, it, it):
             conn = fds.get(fd)
             if conn is None:
                 continue
@@ -198,10 +202,13 @@ class ConnectionPool:
                 continue
             t = arrival(ns * 1e-9 - offset, now) if ns else now
             try:
-                if last >= 0 and conn.fast:
-                    conn._counted(last, view[off:off + length], t)
-                elif last <= -2 and conn.fast:
-                    conn._tallied(last, view[off:off + length], t)
+                if used and conn.fast and not conn.pending:  # leading whole token chunks
+                    if last >= 0:
+                        conn._counted(last, view[off:off + used], t)
+                    else:
+                        conn._tallied(last, view[off:off + used], t)
+                    if used < length:  # then the stream's end, or a chunk cut off
+                        conn.data_received(bytes(view[off + used:off + length]), t)
                 else:
                     conn.data_received(bytes(view[off:off + length]), t)
             except Exception as err:  # noqa: BLE001 - see _broken

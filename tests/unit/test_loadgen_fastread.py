@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from actors.loadgen import fastread
-from actors.loadgen.http1 import _SO_TIMESTAMPNS, _scan, untally
+from actors.loadgen.http1 import _SO_TIMESTAMPNS, _scan, _scan_prefix, untally
 from tests.conftest import FIXTURES
 
 native = pytest.mark.skipif(fastread.reader(1, 1) is None,
@@ -66,6 +66,35 @@ def test_native_scan_equals_the_python_scan_on_real_reads():
     assert any(_scan(r) > 0 for r in reads) and any(_scan(r) < 0 for r in reads)
     for read in reads:
         assert fastread.scan(read) == _scan(read), read[:120]
+
+
+@native
+def test_native_prefix_scan_equals_the_python_prefix_scan():
+    """Every read of the corpus, and each with a stream's end or a cut chunk after it."""
+    reads = corpus()
+    tails = [b"", chunk(b'data: {"choices":[{"text":"","finish_reason":"stop"}]}\n\n'),
+             chunk(TOKEN % (9, 14))[:17], b"0\r\n\r\n"]
+    for read in reads:
+        for tail in tails:
+            assert fastread.scan_prefix(read + tail) == _scan_prefix(read + tail), read[:120]
+
+
+def test_prefix_scan_counts_the_leading_token_chunks_and_stops_where_they_end():
+    toks = chunk(TOKEN % (1, 6)) + chunk(TOKEN % (2, 7))
+    # the end: the usage-only event (no choices), [DONE], the zero chunk
+    end = (chunk(b'data: {"choices":[],"usage":{"completion_tokens":2}}\n\n')
+           + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    assert _scan_prefix(toks) == (2, len(toks)) and _scan(toks) == 2
+    assert _scan_prefix(toks + end) == (2, len(toks)) and _scan(toks + end) == -1
+    cut = chunk(TOKEN % (3, 8))
+    for k in (1, 5, len(cut) - 1):  # a chunk the read's end cut off: left to the parser
+        assert _scan_prefix(toks + cut[:k]) == (2, len(toks))
+    assert _scan_prefix(end) == (-1, 0) and _scan_prefix(b"") == (-1, 0)
+    text = chunk(b'data: {"choices":[{"text":" a","finish_reason":null}]}\n\n')
+    ids = chunk(b'data: {"choices":[{"text":" a","token_ids":[7,8]}]}\n\n')
+    assert untally(_scan_prefix(text * 3 + ids)[0]) == (3, False)  # stops at the kind change
+    assert _scan_prefix(text * 3 + ids)[1] == 3 * len(text)
+    assert untally(_scan_prefix(ids + text)[0]) == (2, True)
 
 
 def test_the_corpus_has_every_kind_of_read():
@@ -121,14 +150,20 @@ def test_drain_reads_stamps_and_scans_each_ready_socket(pair):
     before = time.time_ns()
     a.sendall(data)
     time.sleep(0.01)
-    fd, off, length, stamp, last = reader.drain(ep.fileno())
-    assert (fd, length, last) == (b.fileno(), len(data), 3)
+    fd, off, length, stamp, last, used = reader.drain(ep.fileno())
+    assert (fd, length, last, used) == (b.fileno(), len(data), 3, len(data))
     assert bytes(reader.view[off:off + length]) == data
     assert before <= stamp <= time.time_ns()  # the kernel's receive time (CLOCK_REALTIME)
     a.sendall(b"HTTP/1.1 200 OK\r\n")  # not the hot path: the bytes, scan -1
     time.sleep(0.01)
-    _, off, length, _, last = reader.drain(ep.fileno())
-    assert last == -1 and bytes(reader.view[off:off + length]) == b"HTTP/1.1 200 OK\r\n"
+    _, off, length, _, last, used = reader.drain(ep.fileno())
+    assert (last, used) == (-1, 0)
+    assert bytes(reader.view[off:off + length]) == b"HTTP/1.1 200 OK\r\n"
+    end = chunk(b'data: {"choices":[{"text":"","finish_reason":"length"}]}\n\n')
+    a.sendall(data + end)  # a token chunk, then the stream's end: the scan takes the first
+    time.sleep(0.01)
+    _, off, length, _, last, used = reader.drain(ep.fileno())
+    assert (length, last, used) == (len(data) + len(end), 3, len(data))
     a.close()  # the peer's close: a read of length 0
     time.sleep(0.01)
     assert reader.drain(ep.fileno())[2] == 0

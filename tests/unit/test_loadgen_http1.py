@@ -199,3 +199,34 @@ def test_the_counters_scan_counts_every_event_as_the_json_parse_does(payload: by
     assert fast.rec.counts_known == slow.rec.counts_known
     assert (fast.rec.error, fast.rec.completion_tokens) == \
         (slow.rec.error, slow.rec.completion_tokens)
+
+
+@pytest.mark.parametrize("fmt", ["text", "ids", "asked"])
+@pytest.mark.parametrize("size", [997, 4096, 20000])
+def test_reads_that_cut_chunks_or_bring_the_headers_are_scanned_up_to_the_cut(fmt, size):
+    """An unpaced stream's reads end anywhere, and the first brings the headers with many
+    tokens: each read's leading whole token chunks are counted by the scan, the general
+    parser gets only the headers, the chunk a read cut off and the stream's end, and the
+    record is the one event by event gives."""
+    n = 200
+    if fmt == "text":
+        tokens = [b'data: {"choices":[{"index":0,"text":" a","finish_reason":null}]}\n\n'] * n
+    elif fmt == "ids":
+        tokens = [b'data: {"choices":[{"index":0,"text":" a","token_ids":[%d]}]}\n\n' % i
+                  for i in range(n)]
+    else:
+        tokens = [TOKEN % (i + 1, i + 6) for i in range(n)]
+    end = [b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":%d,'
+           b'"total_tokens":%d}}\n\n' % (n, n + 5), b"data: [DONE]\n\n"]
+    ref, outcome = replay([HEAD] + [_chunk(e) for e in tokens + end] + [b"0\r\n\r\n"])
+    assert outcome is None and ref.ok and ref.completion_tokens == n
+    whole = HEAD + chunked(tokens + end)
+    reads = [whole[k:k + size] for k in range(0, len(whole), size)]
+    rec, outcome = replay(reads)
+    assert outcome is None and rec.ok, rec.error_detail
+    assert (rec.completion_tokens, rec.chunk_tokens, rec.counts_known) == \
+        (n, ref.chunk_tokens, ref.counts_known)
+    assert len(rec.arrivals) == len(rec.counts) <= len(reads)  # one arrival per read at most
+    parsed = sum(data.count(b"\n\n") for framed, data in rec.body if not framed)
+    assert parsed <= len(reads) + len(end)  # at most the cut chunk per read, and the end
+    assert sum(data.count(b"\n\n") for framed, data in rec.body if framed) >= n - len(reads)
