@@ -94,6 +94,7 @@ def main() -> None:
                         toks = r.get("total_output_tokens") or 0
                         row = dict(base, client="vllm-bench", tok_s=r["output_throughput"],
                                    us_tok=1e6 * r["cpu_s"] / toks if toks else None,
+                                   us_stream=1e6 * r["cpu_s"] / toks if toks else None,
                                    ttft=r.get("median_ttft_ms"), itl=r.get("median_itl_ms"),
                                    status="ok" if not r["errors"] else "errors", flags="",
                                    cpu=r["cpu_s"] / r["duration"], secs=r["duration"])
@@ -106,6 +107,8 @@ def main() -> None:
                         toks = r["tokens"]
                         row = dict(base, client=f"ours-{t}", tok_s=r["output_tok_s"],
                                    us_tok=r["us_per_token"], ttft=r["ttft_p50_ms"],
+                                   us_stream=r["us_stream_per_token"],
+                                   us_proof=r["us_proof_per_token"],
                                    itl=r["itl_p50_ms"], status=r["status"],
                                    flags=",".join(r["flags"]), cpu=r["client_cpu_frac"],
                                    secs=r["round_s"], per_read=r["tokens_per_read"],
@@ -128,7 +131,9 @@ def main() -> None:
                        ("streams", "streams", "d"),
                        ("offered", "offered tok/s", ".0f"), ("client", "client", "s"),
                        ("tok_s", "tok/s", ".0f"), ("vs_vllm", "x vLLM", ".2f"),
-                       ("us_tok", "CPU us/tok", ".1f"), ("per_read", "tok/read", ".2f"),
+                       ("us_tok", "CPU us/tok", ".1f"),
+                       ("us_stream", "reading us/tok", ".1f"), ("us_proof", "proof us/tok", ".1f"),
+                       ("per_read", "tok/read", ".2f"),
                        ("cpu", "client CPU", ".2f"), ("lag", "lag p99 ms", ".1f"),
                        ("srv_cpu", "server CPU", ".2f"), ("srv_us_tok", "srv us/tok", ".1f"),
                        ("ttft", "TTFT p50 ms", ".1f"), ("itl", "ITL p50 ms", ".2f"),

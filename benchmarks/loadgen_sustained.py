@@ -67,6 +67,7 @@ def _vllm_row(r: dict, step_s: float) -> dict:
     return dict(tokens=tokens, tok_s=tokens / span if span else None,
                 per_read=tokens / reads if reads else None,
                 us_tok=1e6 * r["cpu_s"] / tokens if tokens else None,
+                us_stream=1e6 * r["cpu_s"] / tokens if tokens else None,
                 cpu=r["cpu_s"] / span if span else None, secs=span,
                 errors=len(r.get("errors") or []))
 
@@ -75,6 +76,7 @@ def _ours_row(r: dict) -> dict:
     span = r["round_s"]
     return dict(tokens=r["tokens"], tok_s=r["tokens"] / span if span else None,
                 per_read=r["tokens_per_read"], us_tok=r["us_per_token"],
+                us_stream=r["us_stream_per_token"], us_proof=r["us_proof_per_token"],
                 cpu=r["client_cpu_frac"], secs=span, lag=r["loop_lag_p99_ms"],
                 flags=",".join(r["flags"]), errors=0 if r["status"] != "invalid" else 1,
                 reader=r.get("reader"), parse=r.get("parse"))
@@ -151,6 +153,7 @@ def main() -> None:
                        ("step_ms", "step ms", "g"), ("offered", "offered", ".0f"),
                        ("tok_s", "tok/s", ".0f"), ("keep", "delivered", ".3f"),
                        ("per_read", "tok/read", ".2f"), ("us_tok", "CPU us/tok", ".1f"),
+                       ("us_stream", "reading us/tok", ".1f"), ("us_proof", "proof us/tok", ".1f"),
                        ("cpu", "client CPU", ".2f"), ("srv_cpu", "server CPU", ".2f"),
                        ("lag", "lag p99 ms", ".1f"), ("parse", "parsed by", "s"),
                        ("flags", "flags", "s")]))
