@@ -100,3 +100,25 @@ def test_the_slow_path_counts_token_ids_per_chunk_and_says_when_it_guessed():
     assert rec.counts == [2] and rec.counts_known
     c.feed(_event(" c d"), 2.0)
     assert rec.counts == [2, 1] and not rec.counts_known  # one per chunk: a guess
+
+
+@pytest.mark.parametrize("text", [
+    '{"choices":[{"text":" a","token_ids":[7]}]}', ' {"a":1}', '{"a":1} ', '{"a":1}\n',
+    '{"a":1},{"b":2}', '{"a":1} x', '{"x":[{"y":1}', '{"z":2}]}', '[1,2]', '"s"', '', '{',
+    '{"a":NaN}', '  ',
+])
+def test_the_proofs_json_reads_an_event_exactly_as_json_loads(text: str):
+    """The proof's faster decoder takes an event only when one JSON value spans it
+    exactly; anything else is judged by ``json.loads`` (whitespace, extra data, a value cut
+    in two by a lying server): the same value, or the same refusal."""
+    import json
+
+    from actors.loadgen.proof import _event_json
+
+    try:
+        want: object = json.loads(text)
+    except ValueError:
+        with pytest.raises(ValueError):
+            _event_json(text)
+        return
+    assert _event_json(text) == want
