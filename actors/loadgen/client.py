@@ -164,24 +164,37 @@ class StreamCounter:
             rec.prompt_tokens = int(p.group(1)) if p else None
         return k if k > 0 else 0
 
-    def framed(self, n: int, data: bytes | memoryview) -> int:
+    def framed(self, n: int, data: bytes | memoryview, now: float) -> int:
         """The lean transport's fast path: ``data`` is one read of whole HTTP chunks, each
-        one token event, the last with per-chunk usage ``n``. Keeps the read (a copy where
-        it is a view of a reused buffer); returns the tokens new since the last."""
+        one token event, the last with per-chunk usage ``n``, that arrived at ``now``. Keeps
+        the read (a copy where it is a view of a reused buffer) and records the tokens new
+        since the last (returned). One call per read: ``usage`` inlined once it has the
+        prompt's count."""
+        rec = self.rec
         raw = data if type(data) is bytes else bytes(data)
-        self.rec.body.append((True, raw))
-        self.rec.scanned_events += raw.count(b"\n\n")
-        return self.usage(n, raw)
+        rec.body.append((True, raw))
+        rec.scanned_events += raw.count(b"\n\n")
+        if rec.prompt_tokens is None:
+            k = self.usage(n, raw)
+        else:
+            k = n - self.last_usage
+            self.last_usage = rec.completion_tokens = n
+        if k > 0:
+            self._arrived(k, now)
+            return k
+        return 0
 
-    def tallied(self, k: int, exact: bool, data: bytes | memoryview) -> int:
+    def tallied(self, k: int, exact: bool, data: bytes | memoryview, now: float) -> int:
         """The lean transport's fast path without per-chunk usage: ``data`` is one read of
         whole HTTP chunks, each one token event, ``k`` tokens in all (``exact``: counted
-        from token ids; else one per event with text). Keeps the read; returns ``k``."""
+        from token ids; else one per event with text), that arrived at ``now``. Keeps the
+        read and records the tokens; returns ``k``."""
         rec, raw = self.rec, data if type(data) is bytes else bytes(data)
         rec.body.append((True, raw))
         if not exact:
             rec.counts_known = False
         rec.scanned_events += raw.count(b"\n\n")
+        self._arrived(k, now)
         return k
 
     def _slow_event(self, data: bytes) -> int:

@@ -261,23 +261,21 @@ class Connection:
         """``data`` was whole token events; the last said ``completion_tokens: last``."""
         prev, self.last_read = self.last_read, now
         counter = self.counter
-        got = counter.framed(last, data)  # type: ignore[union-attr]
-        if got:
-            if counter.rec.first_token is not None:  # type: ignore[union-attr]
-                pool = self.pool  # the running mean gap between a stream's tokens
-                pool.token_gap += 0.01 * ((now - prev) / got - pool.token_gap)  # (coalescing)
-            counter._arrived(got, now)  # type: ignore[union-attr]
+        started = counter.rec.first_token is not None  # type: ignore[union-attr]
+        got = counter.framed(last, data, now)  # type: ignore[union-attr]
+        if got and started:
+            pool = self.pool  # the running mean gap between a stream's tokens (coalescing)
+            pool.token_gap += 0.01 * ((now - prev) / got - pool.token_gap)
 
     def _tallied(self, code: int, data: bytes | memoryview, now: float) -> None:
         """``data`` was whole token events without per-chunk usage (``tally`` code)."""
         prev, self.last_read = self.last_read, now
         counter = self.counter
-        k, exact = untally(code)
-        got = counter.tallied(k, exact, data)  # type: ignore[union-attr]
-        if counter.rec.first_token is not None:  # type: ignore[union-attr]
+        started = counter.rec.first_token is not None  # type: ignore[union-attr]
+        got = counter.tallied(*untally(code), data, now)  # type: ignore[union-attr]
+        if started:
             pool = self.pool
             pool.token_gap += 0.01 * ((now - prev) / got - pool.token_gap)
-        counter._arrived(got, now)  # type: ignore[union-attr]
 
     @property
     def reusable(self) -> bool:

@@ -67,7 +67,7 @@ _decode = json.JSONDecoder().decode  # on str: no per-event encoding detection
 # the decoder's own (C) scanner: one JSON value from an index, without ``decode``'s wrapper
 # and whitespace regex; an event is taken only when that value spans it exactly (else
 # ``_decode`` judges it, as ``json.loads`` would)
-_scan_once = json.scanner.make_scanner(json.JSONDecoder())
+_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # (stub)
 
 
 def _event_json(text: str) -> Any:
