@@ -147,19 +147,23 @@ def test_coalescing_waits_only_where_it_cannot_bunch_reads():
         asyncio.run(p.close())
 
 
+def token_events(fmt: str, n: int) -> list[bytes]:
+    """``n`` token events of one chunk format: text only, token ids, or per-chunk usage."""
+    if fmt == "text":
+        return [b'data: {"choices":[{"index":0,"text":" a","finish_reason":null}]}\n\n'] * n
+    if fmt == "ids":
+        return [b'data: {"choices":[{"index":0,"text":" a","token_ids":[%d]}]}\n\n' % i
+                for i in range(n)]
+    return [TOKEN % (i + 1, i + 6) for i in range(n)]
+
+
 @pytest.mark.parametrize("fmt", ["text", "ids", "asked"])
 def test_a_read_with_the_last_tokens_and_the_end_scans_the_tokens_and_parses_the_end(fmt):
     """An unpaced stream brings many token events and the response's end in one read: the
     token events are counted by the scan, only the end (finish reason, usage, [DONE], the
     zero chunk) by the general parser, with the same counts as event by event."""
     n = 40
-    if fmt == "text":
-        tokens = [b'data: {"choices":[{"index":0,"text":" a","finish_reason":null}]}\n\n'] * n
-    elif fmt == "ids":
-        tokens = [b'data: {"choices":[{"index":0,"text":" a","token_ids":[%d]}]}\n\n' % i
-                  for i in range(n)]
-    else:
-        tokens = [TOKEN % (i + 1, i + 6) for i in range(n)]
+    tokens = token_events(fmt, n)
     end = [b'data: {"choices":[{"index":0,"text":"","finish_reason":"length"}]}\n\n',
            b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":%d,'
            b'"total_tokens":%d}}\n\n' % (n, n + 5), b"data: [DONE]\n\n"]
@@ -209,13 +213,7 @@ def test_reads_that_cut_chunks_or_bring_the_headers_are_scanned_up_to_the_cut(fm
     parser gets only the headers, the chunk a read cut off and the stream's end, and the
     record is the one event by event gives."""
     n = 200
-    if fmt == "text":
-        tokens = [b'data: {"choices":[{"index":0,"text":" a","finish_reason":null}]}\n\n'] * n
-    elif fmt == "ids":
-        tokens = [b'data: {"choices":[{"index":0,"text":" a","token_ids":[%d]}]}\n\n' % i
-                  for i in range(n)]
-    else:
-        tokens = [TOKEN % (i + 1, i + 6) for i in range(n)]
+    tokens = token_events(fmt, n)
     end = [b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":%d,'
            b'"total_tokens":%d}}\n\n' % (n, n + 5), b"data: [DONE]\n\n"]
     ref, outcome = replay([HEAD] + [_chunk(e) for e in tokens + end] + [b"0\r\n\r\n"])
