@@ -11,7 +11,7 @@
 # most CHUNK_MIB MiB plus MANIFEST.json (versions, parts, sizes, sha256) and SHA256SUMS.
 # Needs: PyPI through pip, a Python 3.12 (uv, pyenv or PATH; or PY312=...), gcc, xz, unzip,
 # and `make` run once (.venv: the Ray and Optuna versions). About 6-8 min on 2 cores.
-# env: CHUNK_MIB (default 56: a call carries at most 64 MiB with the repository),
+# env: CHUNK_MIB (default 50: a call carries at most 64 MiB with the repository, about 11 MiB),
 #      VLLM_VERSION (0.26.0), VLLM_WHEEL (a downloaded vLLM wheel to reuse), PY312,
 #      H200_PAYLOAD_REF (a commit to build servesweep from; default: the working tree),
 #      RAY_VERSION / OPTUNA_VERSION (default: .venv's), WORK (build folder).
@@ -20,7 +20,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(git -C "$HERE" rev-parse --show-toplevel)
 WORK=${WORK:-${TMPDIR:-/tmp}/servesweep_payload_build}
 VLLM_VERSION=${VLLM_VERSION:-0.26.0}
-CHUNK_MIB=${CHUNK_MIB:-56}
+CHUNK_MIB=${CHUNK_MIB:-50}
 T0=$(date +%s)
 step() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
 die() { echo "build_payload: $*" >&2; exit 2; }
