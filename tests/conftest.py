@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,14 @@ def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SERVESWEEP_HOME", str(home))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return home
+
+
+def terminal_sigint() -> None:
+    """``preexec_fn`` for a driver a test stops with SIGINT: Ctrl-C's default action, as a
+    terminal's foreground process has it. A suite started as a background job of a
+    non-interactive shell (``bash .ci/run &``) inherits SIGINT ignored, and Python keeps an
+    ignored SIGINT ignored: the driver would then never see the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def minimal_spec(**overrides) -> dict:

@@ -13,7 +13,7 @@ import time
 import yaml
 
 from actors.procs import marked_processes
-from tests.conftest import ROOT, minimal_spec
+from tests.conftest import ROOT, minimal_spec, terminal_sigint
 
 
 def _started(home) -> dict | None:
@@ -42,7 +42,7 @@ def test_ctrl_c_stops_every_engine_process(tmp_path):
     env = dict(os.environ, SERVESWEEP_HOME=str(home))
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.commands.cli", "run", str(path)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=terminal_sigint)
     try:
         deadline = time.monotonic() + 120
         started = None

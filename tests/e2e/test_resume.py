@@ -16,7 +16,7 @@ from orchestrator.commands.cli import main
 from orchestrator.execution.runner import reap_orphans
 from orchestrator.results.events import DriverStarted
 from orchestrator.results.ledger import Ledger
-from tests.conftest import ROOT, minimal_spec
+from tests.conftest import ROOT, minimal_spec, terminal_sigint
 
 
 def test_interrupted_sweep_is_resumed_without_rerunning_finished_trials(tmp_path, monkeypatch):
@@ -31,7 +31,8 @@ def test_interrupted_sweep_is_resumed_without_rerunning_finished_trials(tmp_path
     env = dict(os.environ, SERVESWEEP_HOME=str(home))
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.commands.cli", "run", str(path),
                              "--no-mlflow"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                            stderr=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=terminal_sigint)
     try:  # stop it once the second trial's server has said where it listens
         deadline = time.monotonic() + 180
         sweep_id = second = None
