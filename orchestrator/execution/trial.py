@@ -30,7 +30,7 @@ from actors.contracts.states import FailureClass
 from actors.engines import LaunchContext, LogEvent, get_adapter
 from actors.procs import reap
 from orchestrator.execution import verdicts
-from orchestrator.execution.cluster import Cluster
+from orchestrator.execution.cluster import NODE_ID_LABEL, Cluster
 from orchestrator.execution.failures import classify_ray_error
 from orchestrator.planning.capacity import LevelPrediction, length_rejection, predict_level
 from orchestrator.planning.plan import PlannedTrial
@@ -284,6 +284,10 @@ class TrialExecution:
         versions = {"engine": applied.version or "unknown", "servesweep": _version()}
         host: dict[str, Any] = self.launch_info.model_dump(
             include={"host", "node_ip", "node_id", "gpu_ids", "gpu_model", "argv", "pid"})
+        if host.get("node_id") is None and self.pin and NODE_ID_LABEL in self.pin:
+            # never launched (e.g. its node died before the actor ran): where it was placed,
+            # so a lost node is named and a retry keeps away from it
+            host["node_id"] = self.pin[NODE_ID_LABEL]
         self.result = TrialResult(
             key=self.key, config=self.cfg, status=status, reason=reason, message=message,
             levels=self.levels, capacity=self.capacity, startup_s=self.ready.startup_s,

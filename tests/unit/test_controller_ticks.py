@@ -342,6 +342,24 @@ def test_a_lost_node_is_retried_as_a_second_attempt_of_the_same_trial(tmp_path):
     assert ctl.trial_sets()["finished"] == {r.key}
 
 
+def test_an_attempt_lost_before_its_actor_ran_names_the_node_it_was_placed_on(tmp_path):
+    # its node died between placement and the actor's start: no launch info, but the
+    # attempt still names that node, and the retry goes to the other one
+    nodes = [NodeInfo(node_id=f"node-{i}", host=f"host-{i}", gpus=1) for i in (1, 2)]
+    cluster = TickCluster(nodes=nodes, lost={"launch"})
+    ctl = controller(tmp_path, cluster, cuda_graphs=[True], profile=["vllm"])
+    while not ctl.ledger.events() or ctl.ledger.events()[-1].type != "attempt":
+        ctl.step()
+    cluster.lost.clear()
+    while not ctl.done():
+        ctl.step()
+    (lost,) = [e for e in ctl.ledger.events() if e.type == "attempt"]
+    (r,) = ctl.ledger.results().values()
+    assert lost.reason == "node_lost" and lost.host["node_id"] in {"node-1", "node-2"}
+    assert (r.status, r.attempt) == (TrialStatus.OK, 2)
+    assert r.host["node_id"] != lost.host["node_id"]
+
+
 def test_retries_are_bounded_and_the_last_attempt_is_the_result(tmp_path):
     ctl = controller(tmp_path, TickCluster(lost={"run_level"}), cuda_graphs=[True],
                      profile=["vllm"])
