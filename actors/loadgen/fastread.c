@@ -17,13 +17,15 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 
-#define SS_FIELDS 6 /* per read: fd, offset, length (0: EOF, <0: -errno), stamp ns, scan,
-                       * bytes the scan took (ss_scan_prefix) */
+#define SS_FIELDS 7 /* per read: fd, offset, length (0: EOF, <0: -errno), stamp ns, scan,
+                       * bytes the scan took (ss_scan_prefix), and 1 when the socket's
+                       * kept reads (below) precede this one */
 
 static const char CHOICE[] = "\"choices\":[{";
 static const char KEY[] = "\"completion_tokens\":";
@@ -116,21 +118,155 @@ long long ss_scan(const char *data, long n) {
     return used == n ? code : -1;
 }
 
+/* Kept reads. Python arms a socket (ss_arm) once its response is between token events
+ * and the first token is counted; from then on a read whose every byte is whole token
+ * chunks of the armed kind (ss_scan_prefix took it all) is kept here instead of being
+ * handed to Python: its bytes appended, its tokens and arrival time logged (one entry per
+ * arrival time, as StreamCounter._arrived merges them), its "\n\n" counted. The first read
+ * that is anything else (the stream's end, a cut chunk, another kind, EOF, an error)
+ * disarms the socket and goes to Python flagged, and Python takes the kept reads first
+ * (ss_kept, ss_take), so both see one stream in order. Python owns every decision; this
+ * only spares it one call per token. */
+typedef struct {
+    int armed, mode;              /* mode: 1 per-chunk usage, 2 token ids, 3 text */
+    long long last;               /* mode 1: the last completion_tokens */
+    char *bytes;
+    long nbytes, cap;
+    long long *ts, *cnt;          /* arrival (CLOCK_REALTIME ns), tokens */
+    long narr, arrcap;
+    long long events, tokens, last_ns;
+} ss_stream;
+
+static ss_stream *streams;
+static long nstreams;
+
+static ss_stream *stream_of(int fd, int grow) {
+    if (fd < 0) return NULL;
+    if (fd >= nstreams) {
+        if (!grow) return NULL;
+        long n = nstreams ? nstreams : 64;
+        while (n <= fd) n *= 2;
+        ss_stream *p = realloc(streams, n * sizeof *p);
+        if (!p) return NULL;
+        memset(p + nstreams, 0, (n - nstreams) * sizeof *p);
+        streams = p;
+        nstreams = n;
+    }
+    return streams + fd;
+}
+
+static void clear(ss_stream *s) { s->nbytes = s->narr = 0; s->events = s->tokens = 0; }
+
+/* Keep fd's whole token reads of `mode` from now on; `last`: the completion_tokens counted
+ * so far (mode 1). 0, or -ENOMEM. Kept reads not yet taken are dropped. */
+int ss_arm(int fd, int mode, long long last) {
+    ss_stream *s = stream_of(fd, 1);
+    if (!s) return -ENOMEM;
+    clear(s);
+    s->armed = 1;
+    s->mode = mode;
+    s->last = last;
+    s->last_ns = 0;
+    return 0;
+}
+
+/* Stop keeping fd's reads and free what it held (the socket is closing). */
+void ss_forget(int fd) {
+    ss_stream *s = stream_of(fd, 0);
+    if (!s) return;
+    free(s->bytes);
+    free(s->ts);
+    free(s->cnt);
+    memset(s, 0, sizeof *s);
+}
+
+/* What fd keeps: out = {armed, bytes, arrivals, events, tokens, last, last_ns}. */
+void ss_kept(int fd, long long *out) {
+    ss_stream *s = stream_of(fd, 0);
+    memset(out, 0, 7 * sizeof *out);
+    if (!s) return;
+    out[0] = s->armed;
+    out[1] = s->nbytes;
+    out[2] = s->narr;
+    out[3] = s->events;
+    out[4] = s->tokens;
+    out[5] = s->last;
+    out[6] = s->last_ns;
+}
+
+/* Copy fd's kept bytes and arrivals out (sizes from ss_kept) and forget them (the socket
+ * stays armed or not as it was). */
+void ss_take(int fd, char *bytes, long long *ts, long long *cnt) {
+    ss_stream *s = stream_of(fd, 0);
+    if (!s) return;
+    memcpy(bytes, s->bytes, s->nbytes);
+    memcpy(ts, s->ts, s->narr * sizeof *ts);
+    memcpy(cnt, s->cnt, s->narr * sizeof *cnt);
+    clear(s);
+}
+
+static int grow(void **p, long *cap, long need, long size) {
+    if (need <= *cap) return 0;
+    long n = *cap ? *cap : 64;
+    while (n < need) n *= 2;
+    void *q = realloc(*p, n * size);
+    if (!q) return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+/* Keep one read of s (its scan code `code`, all `got` bytes whole token chunks) that
+ * arrived at t; 0, or -1 when it is not of the armed kind or memory ran out (then it goes
+ * to Python). */
+static int keep(ss_stream *s, const char *data, long got, long long code, long long t) {
+    long long k;
+    if (code >= 0) {
+        if (s->mode != 1) return -1;
+        k = code - s->last;
+    } else {
+        long long c = -code - 2;
+        if (s->mode != ((c & 1) ? 2 : 3)) return -1;
+        k = c >> 1;
+    }
+    long arrcap = s->arrcap;
+    if (grow((void **)&s->bytes, &s->cap, s->nbytes + got, 1) ||
+        grow((void **)&s->ts, &arrcap, s->narr + 1, sizeof *s->ts) ||
+        grow((void **)&s->cnt, &s->arrcap, s->narr + 1, sizeof *s->cnt))
+        return -1;
+    memcpy(s->bytes + s->nbytes, data, got);
+    s->nbytes += got;
+    for (long i = 0; i + 1 < got; i++)
+        if (data[i] == '\n' && data[i + 1] == '\n') { s->events++; i++; }
+    if (code >= 0) s->last = code;
+    if (k > 0) {
+        if (s->narr && s->ts[s->narr - 1] == t) s->cnt[s->narr - 1] += k;
+        else { s->ts[s->narr] = t; s->cnt[s->narr] = k; s->narr++; }
+        s->tokens += k;
+    }
+    s->last_ns = t;
+    return 0;
+}
+
 /* Read up to max_events ready sockets once each (at most per_read bytes each, one after
- * the other into buf[0:bufsize]); out gets SS_FIELDS int64 per read: fd, offset in buf,
- * length (0: the peer closed, <0: -errno of a failed read), kernel receive time in ns
- * of CLOCK_REALTIME (0: none), ss_scan_prefix of the bytes (-1: not the hot path) and
- * the bytes it took (from the read's start; 0 with -1).
- * Returns the number of reads, or -errno if epoll_wait failed. A socket that had nothing
- * after all (EAGAIN, EINTR) is left out; one that did not fit is read next time
- * (the epoll set is level-triggered). */
+ * the other into buf[0:bufsize]); out gets SS_FIELDS int64 per read handed to Python: fd,
+ * offset in buf, length (0: the peer closed, <0: -errno of a failed read), kernel receive
+ * time in ns of CLOCK_REALTIME (0: none), ss_scan_prefix of the bytes (-1: not the hot
+ * path), the bytes it took (from the read's start; 0 with -1), and 1 when the socket had
+ * kept reads (it is disarmed: Python takes them before this read). A read an armed socket
+ * keeps is not handed over; *kept counts those.
+ * Returns the number of reads handed over, or -errno if epoll_wait failed. A socket that
+ * had nothing after all (EAGAIN, EINTR) is left out; one that did not fit is read next
+ * time (the epoll set is level-triggered). */
 long ss_drain(int epfd, int max_events, char *buf, long bufsize, long per_read,
-              long long *out) {
+              long long *out, long *kept) {
     struct epoll_event evs[256];
     if (max_events > 256) max_events = 256;
+    *kept = 0;
     int ready = epoll_wait(epfd, evs, max_events, 0);
     if (ready < 0) return errno == EINTR ? 0 : -errno;
     long used = 0, k = 0;
+    long long now = -1;
     union { char c[CMSG_SPACE(sizeof(struct timespec))]; struct cmsghdr align; } ctl;
     for (int e = 0; e < ready; e++) {
         int fd = evs[e].data.fd;
@@ -151,6 +287,7 @@ long ss_drain(int epfd, int max_events, char *buf, long bufsize, long per_read,
         r[3] = 0;
         r[4] = -1;
         r[5] = 0;
+        r[6] = 0;
         if (got > 0) {
             for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
                 if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
@@ -161,8 +298,24 @@ long ss_drain(int epfd, int max_events, char *buf, long bufsize, long per_read,
             long took = 0;
             r[4] = ss_scan_prefix(buf + used, got, &took);
             r[5] = took;
-            used += got;
         }
+        ss_stream *s = stream_of(fd, 0);
+        if (s && s->armed) {
+            if (got > 0 && r[5] == got) {
+                /* the read's arrival as pool._pass_native takes it (http1.arrival): its
+                 * stamp when that is sane (within the second before now), else now */
+                if (now < 0) {
+                    struct timespec tn;
+                    clock_gettime(CLOCK_REALTIME, &tn);
+                    now = (long long)tn.tv_sec * 1000000000LL + tn.tv_nsec;
+                }
+                long long t = r[3] && r[3] <= now && r[3] > now - 1000000000LL ? r[3] : now;
+                if (keep(s, buf + used, got, r[4], t) == 0) { (*kept)++; continue; }
+            }
+            s->armed = 0;
+            r[6] = 1;
+        }
+        if (got > 0) used += got;
         k++;
     }
     return k;

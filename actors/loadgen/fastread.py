@@ -7,6 +7,13 @@ whole core. The C pass does the system calls and the hot-path scan of a whole dr
 pass in one call; Python keeps every decision and all HTTP/SSE state
 (``pool.ConnectionPool._pass_native``), so both paths count the same tokens.
 
+Kept reads: once a stream is between token events and its first token is counted, the
+pool arms its socket (``NativeReader.arm``); C then keeps each read that is all whole
+token chunks of that stream's kind (bytes, arrival time, tokens) instead of handing it
+over, and hands over, flagged, only the first read that is not (the stream's end, a cut
+chunk, EOF), before which the pool records what was kept (``NativeReader.take``,
+``pool.ConnectionPool._take_kept``). At one token per read no Python runs per token.
+
 Contract: ``reader()`` returns a ``NativeReader`` or None (then the pure-Python drain
 runs; ``why_not()`` says why). None where: not Linux, ``SERVESWEEP_NATIVE_READ=0``, the
 library was not built at install time (no C compiler then), or it does not load.
@@ -27,13 +34,16 @@ import sys
 from collections.abc import Callable
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
+from typing import NamedTuple
 
 from actors.contracts.settings import settings
 
-__all__ = ["NativeReader", "reader", "why_not", "FIELDS", "scan", "scan_prefix", "prefix_scanner"]
+__all__ = ["NativeReader", "Kept", "reader", "why_not", "FIELDS", "USAGE", "IDS", "TEXT", "scan",
+           "scan_prefix", "prefix_scanner"]
 
-FIELDS = 6  # per read: fd, offset, length, kernel stamp ns (0: none), scan (-1: none),
-#            and the bytes the scan took from the read's start (``http1._scan_prefix``)
+FIELDS = 7  # per read: fd, offset, length, kernel stamp ns (0: none), scan (-1: none),
+#            the bytes the scan took from the read's start (``http1._scan_prefix``), and
+#            1 when the socket's kept reads precede this one (``NativeReader.take``)
 _NAME = "_fastread"  # setup.py's Extension("actors.loadgen._fastread", ...)
 _DIR = Path(__file__).parent  # where the install put it
 _state: dict[str, object] = {}
@@ -63,8 +73,16 @@ def _load() -> ctypes.CDLL | str:
     try:
         lib = ctypes.CDLL(str(path))
         lib.ss_drain.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_long,
-                                 ctypes.c_long, ctypes.c_void_p]
+                                 ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
         lib.ss_drain.restype = ctypes.c_long
+        lib.ss_arm.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong]
+        lib.ss_arm.restype = ctypes.c_int
+        lib.ss_forget.argtypes = [ctypes.c_int]
+        lib.ss_forget.restype = None
+        lib.ss_kept.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        lib.ss_kept.restype = None
+        lib.ss_take.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        lib.ss_take.restype = None
         lib.ss_scan.argtypes = [ctypes.c_char_p, ctypes.c_long]
         lib.ss_scan.restype = ctypes.c_longlong
         lib.ss_scan_prefix.argtypes = [ctypes.c_char_p, ctypes.c_long,
@@ -111,12 +129,33 @@ def prefix_scanner() -> Callable[[bytes], tuple[int, int]] | None:
     return scan_prefix if _library() is not None else None
 
 
+class Kept(NamedTuple):
+    """A socket's kept reads (``NativeReader.take``): their bytes (whole token chunks, in
+    order), one arrival time (ns of CLOCK_REALTIME) and token count per arrival, the
+    events among the bytes, the tokens, the last ``completion_tokens`` (per-chunk usage)
+    and the last read's arrival."""
+
+    data: bytes
+    stamps: list[int]
+    counts: list[int]
+    events: int
+    tokens: int
+    last: int
+    last_ns: int
+
+
+#: a socket's kept reads are of one kind (``NativeReader.arm``)
+USAGE, IDS, TEXT = 1, 2, 3
+
+
 class NativeReader:
     """Buffers for one pool's passes: ``drain(epfd)`` reads up to ``pass_size`` ready
-    sockets and returns their records (``FIELDS`` ints per read, flat) and the bytes
-    buffer they index into, valid until the next ``drain``."""
+    sockets and returns the records (``FIELDS`` ints per read, flat) of the reads it hands
+    over, indexing into the bytes buffer ``view``, valid until the next ``drain``;
+    ``kept_reads``: the reads of that pass that armed sockets kept (``arm``, ``take``)."""
 
     def __init__(self, lib: ctypes.CDLL, pass_size: int, per_read: int):
+        self._lib = lib
         self._fn = lib.ss_drain
         self.pass_size, self.per_read = pass_size, per_read
         size = pass_size * per_read
@@ -126,16 +165,48 @@ class NativeReader:
         self._cout = (ctypes.c_char * len(self._out)).from_buffer(self._out)
         self._buf_addr = ctypes.addressof(self._cbuf)
         self._out_addr = ctypes.addressof(self._cout)
+        self._kept = ctypes.c_long(0)
+        self._kept_addr = ctypes.addressof(self._kept)
+        self._info = (ctypes.c_longlong * 7)()
+        self.kept_reads = 0
         self.view = memoryview(self._buf)
         self._records = memoryview(self._out).cast("q")
 
     def drain(self, epfd: int) -> list[int]:
         """Flat records of this pass's reads; raises OSError if ``epoll_wait`` failed."""
         n = self._fn(epfd, self.pass_size, self._buf_addr, len(self._buf), self.per_read,
-                     self._out_addr)
+                     self._out_addr, self._kept_addr)
         if n < 0:
             raise OSError(-n, os.strerror(-n))
+        self.kept_reads = self._kept.value
         return self._records[:n * FIELDS].tolist()
+
+    def arm(self, fd: int, kind: int, last: int = 0) -> bool:
+        """Keep ``fd``'s reads that are all whole token chunks of ``kind`` (``USAGE``, with
+        ``last`` the count so far; ``IDS``; ``TEXT``) until one is not; False: no memory."""
+        return self._lib.ss_arm(fd, kind, last) == 0
+
+    def forget(self, fd: int) -> None:
+        """``fd`` is closing: drop its state (take what it kept first)."""
+        self._lib.ss_forget(fd)
+
+    def armed(self, fd: int) -> tuple[bool, int]:
+        """(armed, the last kept read's arrival in ns of CLOCK_REALTIME; 0: none)."""
+        self._lib.ss_kept(fd, self._info)
+        return bool(self._info[0]), self._info[6]
+
+    def take(self, fd: int) -> Kept | None:
+        """What ``fd`` kept since it was armed or last taken (None: nothing); forgets it."""
+        info = self._info
+        self._lib.ss_kept(fd, info)
+        nbytes, narr = info[1], info[2]
+        if not nbytes:
+            return None
+        data = ctypes.create_string_buffer(nbytes)
+        stamps, counts = (ctypes.c_longlong * narr)(), (ctypes.c_longlong * narr)()
+        kept = Kept(b"", [], [], info[3], info[4], info[5], info[6])
+        self._lib.ss_take(fd, data, stamps, counts)
+        return kept._replace(data=data.raw, stamps=list(stamps), counts=list(counts))
 
 
 def reader(pass_size: int, per_read: int) -> NativeReader | None:

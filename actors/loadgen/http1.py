@@ -218,6 +218,7 @@ class Connection:
         self.got_bytes = False
         self.fast = False  # between chunks and events of a 200 chunked body: try _scan first
         self.pending = b""  # while fast: the start of a chunk the last read cut off
+        self.kept = 0  # the pool's native pass keeps this stream's token reads (their kind)
 
     # -- socket events ----------------------------------------------------------------------
     def start(self) -> None:

@@ -8,9 +8,10 @@ instead of one callback per socket. Elsewhere each socket gets its own loop read
 Native read pass: where ``fastread`` can build its C pass (Linux with a C compiler),
 one call per loop callback does the ``epoll_wait``, the ``recvmsg`` of every ready
 socket and the hot-path scan; Python then only records what it found
-(``_pass_native``). At one token per read that halves the client's user time per token
-and cuts its CPU per token by a quarter to a third (benchmarks/README.md). Without it
-the same pass runs in Python (``_pass_python``).
+(``_pass_native``). Once a stream's first token is counted, its socket is armed: C keeps
+its whole-token reads and hands over only the first other one (``_arm_kept``,
+``_take_kept``), so at one token per read no Python runs per token
+(benchmarks/README.md). Without it the same pass runs in Python (``_pass_python``).
 
 Coalescing: with kernel timestamps a read's arrival time does not depend on when
 it is read, so when the client is busy (its last drain read many sockets)
@@ -36,7 +37,7 @@ from urllib.parse import urlsplit
 
 from actors.loadgen import fastread
 from actors.loadgen.client import StreamCounter
-from actors.loadgen.http1 import READ_SIZE, Connection, _scan_prefix, arrival
+from actors.loadgen.http1 import READ_SIZE, Connection, _scan_prefix, arrival, untally
 from actors.loadgen.records import RequestRecord
 
 __all__ = ["ConnectionPool", "PASS_SIZE", "stream_request_lean"]
@@ -103,6 +104,7 @@ class ConnectionPool:
         #: the native read pass (fastread.c), or None: the Python one
         self.native = (fastread.reader(pass_size, READ_SIZE)
                        if self._ep is not None and native_read else None)
+        self.kept_reads = 0  # reads the native pass kept in C (never handed to Python)
         #: a read's leading whole token chunks (``http1._scan_prefix``; in C with the native
         #: pass): how a connection counts what a drain's scan did not take at once
         self.scan_prefix = ((self.native is not None and fastread.prefix_scanner())
@@ -129,6 +131,10 @@ class ConnectionPool:
             except (ValueError, OSError):
                 pass
             return
+        if conn.kept:
+            self._take_kept(conn)  # a stream closed mid-way keeps what it got
+        if self.native is not None:
+            self.native.forget(fd)
         if self._fds.pop(fd, None) is not None:
             try:
                 self._ep.unregister(fd)
@@ -188,15 +194,23 @@ class ConnectionPool:
 
     def _pass_native(self) -> int:
         """One pass with the system calls and the hot-path scan in C (``fastread``): the
-        same reads, stamps and decisions as ``_pass_python``; returns the sockets read."""
-        recs = self.native.drain(self._ep.fileno())  # type: ignore[union-attr]
-        fds, view, offset = self._fds, self.native.view, self.clock_offset  # type: ignore
+        same reads, stamps and decisions as ``_pass_python``; returns the sockets read.
+        A connection whose read was all whole token chunks is then armed (``_arm_kept``):
+        C keeps its next such reads itself and hands over only the first other one, after
+        which ``_take_kept`` records what it kept, in order, before that read."""
+        native = self.native
+        recs = native.drain(self._ep.fileno())  # type: ignore[union-attr]
+        fds, view, offset = self._fds, native.view, self.clock_offset  # type: ignore
         now = _perf()
         it = iter(recs)
-        for fd, off, length, ns, last, used in zip(it, it, it, it, it, it):
+        for fd, off, length, ns, last, used, kept in zip(it, it, it, it, it, it, it):
             conn = fds.get(fd)
             if conn is None:
+                if kept:
+                    native.forget(fd)  # type: ignore[union-attr]
                 continue
+            if kept:
+                self._take_kept(conn)
             if length <= 0:
                 conn._lost(length)
                 continue
@@ -209,11 +223,61 @@ class ConnectionPool:
                         conn._tallied(last, view[off:off + used], t)
                     if used < length:  # then the stream's end, or a chunk cut off
                         conn.data_received(bytes(view[off + used:off + length]), t)
+                    elif not kept:
+                        self._arm_kept(conn, fd, last)
                 else:
                     conn.data_received(bytes(view[off:off + length]), t)
             except Exception as err:  # noqa: BLE001 - see _broken
                 _broken(conn, err)
-        return len(recs) // fastread.FIELDS
+        self.kept_reads += native.kept_reads  # type: ignore[union-attr]
+        return len(recs) // fastread.FIELDS + native.kept_reads  # type: ignore[union-attr]
+
+    def _arm_kept(self, conn: Connection, fd: int, code: int) -> None:
+        """After a read of whole token chunks (scan ``code``): let C keep this stream's next
+        such reads, once the counter has what it needs from Python (the first token; with
+        per-chunk usage, the prompt's count). Not after a read that was kept and handed
+        back (the stream changed kind, or a chunk was cut: Python goes on reading it)."""
+        counter = conn.counter
+        if conn.kept or counter is None or not conn.fast or conn.pending \
+                or counter.rec.first_token is None:
+            return
+        if code >= 0:
+            if counter.rec.prompt_tokens is None:
+                return
+            kind, last = fastread.USAGE, counter.last_usage
+        else:
+            kind, last = (fastread.IDS if untally(code)[1] else fastread.TEXT), 0
+        if self.native.arm(fd, kind, last):  # type: ignore[union-attr]
+            conn.kept = kind
+
+    def _take_kept(self, conn: Connection) -> None:
+        """Record what C kept of ``conn``'s stream (``fastread.Kept``) as the Python pass
+        would have, read by read: the bytes for the proof, the arrivals merged where they
+        share a time, the count, the stall clock and the running mean token gap."""
+        kind, conn.kept = conn.kept, 0
+        fd = conn.sock.fileno() if conn.sock is not None else -1
+        got = self.native.take(fd) if fd >= 0 else None  # type: ignore[union-attr]
+        counter = conn.counter
+        if got is None or counter is None:
+            return
+        rec, offset = counter.rec, self.clock_offset
+        rec.body.append((True, got.data))
+        rec.scanned_events += got.events
+        if kind == fastread.USAGE:
+            counter.last_usage = rec.completion_tokens = got.last
+        prev, conn.last_read = conn.last_read, got.last_ns * 1e-9 - offset
+        if not got.counts:
+            return
+        times, counts = [ns * 1e-9 - offset for ns in got.stamps], got.counts
+        if rec.arrivals and rec.arrivals[-1] == times[0]:
+            rec.counts[-1] += counts[0]
+            times, counts = times[1:], counts[1:]
+        rec.arrivals.extend(times)
+        rec.counts.extend(counts)
+        rec.chunk_tokens += got.tokens
+        # the running mean gap, as if updated once per kept arrival (_counted, _tallied)
+        gap = (conn.last_read - prev) / got.tokens
+        self.token_gap += (1 - 0.99 ** len(got.counts)) * (gap - self.token_gap)
 
     async def _connect(self) -> Connection:
         loop = asyncio.get_running_loop()
@@ -248,6 +312,8 @@ class ConnectionPool:
 
     def release(self, conn: Connection) -> None:
         self._busy.discard(conn)
+        if conn.kept:  # (a response ends on a read handed back, so not expected)
+            self._take_kept(conn)
         if conn.closed:
             return
         if conn.reusable:
@@ -266,6 +332,11 @@ class ConnectionPool:
             await asyncio.sleep(period)
             limit = _perf() - self.stall_timeout
             for conn in list(self._busy):
+                if conn.kept and conn.sock is not None:  # its reads are counted in C
+                    last_ns = self.native.armed(conn.sock.fileno())[1]  # type: ignore
+                    if last_ns:
+                        conn.last_read = max(conn.last_read,
+                                             last_ns * 1e-9 - self.clock_offset)
                 if conn.fut is not None and conn.last_read < limit:
                     conn.abort_stalled(self.stall_timeout)
 

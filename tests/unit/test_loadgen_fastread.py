@@ -150,19 +150,19 @@ def test_drain_reads_stamps_and_scans_each_ready_socket(pair):
     before = time.time_ns()
     a.sendall(data)
     time.sleep(0.01)
-    fd, off, length, stamp, last, used = reader.drain(ep.fileno())
-    assert (fd, length, last, used) == (b.fileno(), len(data), 3, len(data))
+    fd, off, length, stamp, last, used, kept = reader.drain(ep.fileno())
+    assert (fd, length, last, used, kept) == (b.fileno(), len(data), 3, len(data), 0)
     assert bytes(reader.view[off:off + length]) == data
     assert before <= stamp <= time.time_ns()  # the kernel's receive time (CLOCK_REALTIME)
     a.sendall(b"HTTP/1.1 200 OK\r\n")  # not the hot path: the bytes, scan -1
     time.sleep(0.01)
-    _, off, length, _, last, used = reader.drain(ep.fileno())
+    _, off, length, _, last, used, _ = reader.drain(ep.fileno())
     assert (last, used) == (-1, 0)
     assert bytes(reader.view[off:off + length]) == b"HTTP/1.1 200 OK\r\n"
     end = chunk(b'data: {"choices":[{"text":"","finish_reason":"length"}]}\n\n')
     a.sendall(data + end)  # a token chunk, then the stream's end: the scan takes the first
     time.sleep(0.01)
-    _, off, length, _, last, used = reader.drain(ep.fileno())
+    _, off, length, _, last, used, _ = reader.drain(ep.fileno())
     assert (length, last, used) == (len(data) + len(end), 3, len(data))
     a.close()  # the peer's close: a read of length 0
     time.sleep(0.01)
@@ -180,6 +180,51 @@ def test_drain_reads_at_most_per_read_and_leaves_the_rest_for_the_next_pass(pair
         recs = reader.drain(ep.fileno())
         got.append(recs[2])
     assert got == [100, 100, 50]
+
+
+@native
+def test_an_armed_socket_keeps_whole_token_reads_and_hands_back_the_first_other(pair):
+    """Armed, a socket's reads that are all whole token chunks of its kind stay in C (none
+    handed over; their bytes, arrivals and counts kept in order); the first read that is not
+    comes back flagged, disarmed, and ``take`` then gives what was kept, once."""
+    a, b, ep = pair
+    reader = fastread.reader(pass_size=4, per_read=65536)
+    fd = b.fileno()
+    a.sendall(b"x")  # (kernel stamping switches on a moment later)
+    time.sleep(0.05)
+    reader.drain(ep.fileno())
+    assert reader.arm(fd, fastread.USAGE, last=3)
+    reads = [chunk(TOKEN % (4, 9)), chunk(TOKEN % (5, 10)) + chunk(TOKEN % (7, 12))]
+    stamps = []
+    for data in reads:
+        before = time.time_ns()
+        a.sendall(data)
+        time.sleep(0.01)
+        assert reader.drain(ep.fileno()) == [] and reader.kept_reads == 1
+        stamps.append((before, time.time_ns()))
+    armed, last_ns = reader.armed(fd)
+    assert armed and stamps[1][0] <= last_ns <= stamps[1][1]
+    end = chunk(b'data: {"choices":[{"text":"","finish_reason":"length"}]}\n\n')
+    a.sendall(end)
+    time.sleep(0.01)
+    rec = reader.drain(ep.fileno())
+    assert (rec[0], rec[2], rec[4], rec[6]) == (fd, len(end), -1, 1)  # flagged, handed over
+    assert reader.armed(fd)[0] is False
+    kept = reader.take(fd)
+    assert kept is not None and kept.data == b"".join(reads)
+    assert (kept.counts, kept.tokens, kept.last, kept.events) == ([1, 3], 4, 7, 3)
+    assert all(lo <= t <= hi for t, (lo, hi) in zip(kept.stamps, stamps, strict=True))
+    assert kept.last_ns == kept.stamps[-1]
+    assert reader.take(fd) is None  # taken once
+    # a read of another kind than the one armed is handed back (here: text, not usage)
+    assert reader.arm(fd, fastread.USAGE, last=0)
+    text = chunk(b'data: {"choices":[{"index":0,"text":" a"}]}\n\n')
+    a.sendall(text)
+    time.sleep(0.01)
+    rec = reader.drain(ep.fileno())
+    assert (rec[2], rec[5], rec[6]) == (len(text), len(text), 1) and reader.take(fd) is None
+    reader.forget(fd)
+    assert reader.armed(fd) == (False, 0)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the native pass is Linux-only")

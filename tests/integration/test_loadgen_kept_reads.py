@@ -1,0 +1,65 @@
+"""Kept reads (``fastread``: an armed socket's whole token reads stay in C) record what the
+Python pass records: against the paced C benchmark server, one token per read, in every
+stream format, the same tokens, bytes, events and one arrival per read, and a proof that
+agrees; and the kept path is the one that read most of them."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+
+import pytest
+
+from actors.loadgen import fastread
+from actors.loadgen.pool import ConnectionPool, stream_request_lean
+from actors.loadgen.proof import _payloads, prove
+from actors.loadgen.records import RequestRecord
+from benchmarks.loadgen_common import FORMATS, sse_server
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(fastread.reader(1, 1) is None,
+                       reason=f"no native read pass here: {fastread.why_not()}"),
+    pytest.mark.skipif(shutil.which("gcc") is None, reason="the C server needs gcc"),
+]
+
+TOKENS, STREAMS = 40, 8
+
+
+async def _level(url: str, native: bool) -> tuple[list[RequestRecord], int]:
+    body = {"model": "m", "prompt": "one two three", "max_tokens": TOKENS, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            "return_token_ids": True, "ignore_eos": True}
+    recs = [RequestRecord(index=i, round=0) for i in range(STREAMS)]
+    async with ConnectionPool(url, native_read=native) as pool:
+        await asyncio.gather(*(stream_request_lean(pool, "/v1/completions", body, r)
+                               for r in recs))
+        kept = pool.kept_reads
+    return recs, kept
+
+
+_PER_REQUEST = re.compile(rb'"id":"[^"]*"|"created":\d+')  # what differs between runs
+
+
+def _summary(rec: RequestRecord) -> tuple:
+    body = _PER_REQUEST.sub(b"", b"".join(_payloads(rec.body)))  # the SSE bytes
+    return (rec.error, rec.chunk_tokens, rec.completion_tokens, sum(rec.counts),
+            rec.scanned_events, rec.parsed_events, body, rec.counts_known)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_kept_reads_record_what_the_python_pass_records(fmt: str):
+    with sse_server(step_ms=3.0, cpus=None, kind="c", fmt=fmt) as srv:
+        native, kept = asyncio.run(_level(srv["url"], native=True))
+        python, none = asyncio.run(_level(srv["url"], native=False))
+    assert none == 0
+    assert kept >= STREAMS * TOKENS // 2, kept  # most token reads never reached Python
+    for a, b in zip(native, python, strict=True):
+        assert a.error is None and a.chunk_tokens == TOKENS
+        assert _summary(a) == _summary(b)
+        # one arrival per read at one token per read; in time order, after the first token
+        assert len(a.arrivals) >= TOKENS - 4 and a.arrivals == sorted(a.arrivals)
+        assert a.first_token == a.arrivals[0] and a.start < a.first_token <= a.end
+        pa, pb = prove(a), prove(b)
+        assert pa == pb and pa.chunks == TOKENS and pa.final_usage == TOKENS, pa
