@@ -195,12 +195,13 @@ void ss_kept(int fd, long long *out) {
 }
 
 /* Copy fd's kept bytes and arrivals out (sizes from ss_kept) and forget them (the socket
- * stays armed or not as it was). */
-void ss_take(int fd, char *bytes, long long *ts, long long *cnt) {
+ * stays armed or not as it was); each arrival as Python computes it from a stamp,
+ * ns * 1e-9 - offset (the pool's perf_counter clock). */
+void ss_take(int fd, char *bytes, double *times, long long *cnt, double offset) {
     ss_stream *s = stream_of(fd, 0);
     if (!s) return;
     memcpy(bytes, s->bytes, s->nbytes);
-    memcpy(ts, s->ts, s->narr * sizeof *ts);
+    for (long i = 0; i < s->narr; i++) times[i] = (double)s->ts[i] * 1e-9 - offset;
     memcpy(cnt, s->cnt, s->narr * sizeof *cnt);
     clear(s);
 }

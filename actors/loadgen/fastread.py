@@ -31,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from array import array
 from collections.abc import Callable
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
@@ -81,7 +82,8 @@ def _load() -> ctypes.CDLL | str:
         lib.ss_forget.restype = None
         lib.ss_kept.argtypes = [ctypes.c_int, ctypes.c_void_p]
         lib.ss_kept.restype = None
-        lib.ss_take.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        lib.ss_take.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_double]
         lib.ss_take.restype = None
         lib.ss_scan.argtypes = [ctypes.c_char_p, ctypes.c_long]
         lib.ss_scan.restype = ctypes.c_longlong
@@ -131,12 +133,12 @@ def prefix_scanner() -> Callable[[bytes], tuple[int, int]] | None:
 
 class Kept(NamedTuple):
     """A socket's kept reads (``NativeReader.take``): their bytes (whole token chunks, in
-    order), one arrival time (ns of CLOCK_REALTIME) and token count per arrival, the
+    order), one arrival time (on the caller's clock) and token count per arrival, the
     events among the bytes, the tokens, the last ``completion_tokens`` (per-chunk usage)
-    and the last read's arrival."""
+    and the last read's arrival (ns of CLOCK_REALTIME)."""
 
     data: bytes
-    stamps: list[int]
+    times: list[float]
     counts: list[int]
     events: int
     tokens: int
@@ -195,18 +197,21 @@ class NativeReader:
         self._lib.ss_kept(fd, self._info)
         return bool(self._info[0]), self._info[6]
 
-    def take(self, fd: int) -> Kept | None:
-        """What ``fd`` kept since it was armed or last taken (None: nothing); forgets it."""
+    def take(self, fd: int, offset: float = 0.0) -> Kept | None:
+        """What ``fd`` kept since it was armed or last taken (None: nothing); forgets it.
+        Arrival times are ``ns * 1e-9 - offset`` (the pool's clock), as the pool computes
+        a handed-over read's."""
         info = self._info
         self._lib.ss_kept(fd, info)
         nbytes, narr = info[1], info[2]
         if not nbytes:
             return None
-        data = ctypes.create_string_buffer(nbytes)
-        stamps, counts = (ctypes.c_longlong * narr)(), (ctypes.c_longlong * narr)()
-        kept = Kept(b"", [], [], info[3], info[4], info[5], info[6])
-        self._lib.ss_take(fd, data, stamps, counts)
-        return kept._replace(data=data.raw, stamps=list(stamps), counts=list(counts))
+        data = bytearray(nbytes)
+        times, counts = array("d", bytes(8 * narr)), array("q", bytes(8 * narr))
+        self._lib.ss_take(fd, (ctypes.c_char * nbytes).from_buffer(data),
+                          times.buffer_info()[0], counts.buffer_info()[0], offset)
+        return Kept(bytes(data), times.tolist(), counts.tolist(), info[3], info[4], info[5],
+                    info[6])
 
 
 def reader(pass_size: int, per_read: int) -> NativeReader | None:

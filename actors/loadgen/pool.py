@@ -256,11 +256,12 @@ class ConnectionPool:
         share a time, the count, the stall clock and the running mean token gap."""
         kind, conn.kept = conn.kept, 0
         fd = conn.sock.fileno() if conn.sock is not None else -1
-        got = self.native.take(fd) if fd >= 0 else None  # type: ignore[union-attr]
+        offset = self.clock_offset
+        got = self.native.take(fd, offset) if fd >= 0 else None  # type: ignore[union-attr]
         counter = conn.counter
         if got is None or counter is None:
             return
-        rec, offset = counter.rec, self.clock_offset
+        rec = counter.rec
         rec.body.append((True, got.data))
         rec.scanned_events += got.events
         if kind == fastread.USAGE:
@@ -268,7 +269,7 @@ class ConnectionPool:
         prev, conn.last_read = conn.last_read, got.last_ns * 1e-9 - offset
         if not got.counts:
             return
-        times, counts = [ns * 1e-9 - offset for ns in got.stamps], got.counts
+        times, counts = got.times, got.counts
         if rec.arrivals and rec.arrivals[-1] == times[0]:
             rec.counts[-1] += counts[0]
             times, counts = times[1:], counts[1:]

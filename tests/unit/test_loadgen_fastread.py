@@ -213,8 +213,9 @@ def test_an_armed_socket_keeps_whole_token_reads_and_hands_back_the_first_other(
     kept = reader.take(fd)
     assert kept is not None and kept.data == b"".join(reads)
     assert (kept.counts, kept.tokens, kept.last, kept.events) == ([1, 3], 4, 7, 3)
-    assert all(lo <= t <= hi for t, (lo, hi) in zip(kept.stamps, stamps, strict=True))
-    assert kept.last_ns == kept.stamps[-1]
+    assert all(lo * 1e-9 <= t <= hi * 1e-9 for t, (lo, hi) in zip(kept.times, stamps,
+                                                                   strict=True))
+    assert kept.last_ns * 1e-9 == kept.times[-1]  # (offset 0: the times are the stamps)
     assert reader.take(fd) is None  # taken once
     # a read of another kind than the one armed is handed back (here: text, not usage)
     assert reader.arm(fd, fastread.USAGE, last=0)
