@@ -81,6 +81,9 @@ class ClientHealth(_M):
     #: or the counter's usage scan) and those parsed as JSON: which path parsed the stream
     events_scanned: int = 0
     events_json: int = 0
+    #: reads of the measured rounds that the native pass kept in C (whole token reads of a
+    #: stream between its first token and its end: no Python ran for them)
+    reads_kept: int = 0
 
     @property
     def parse(self) -> str:

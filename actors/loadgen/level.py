@@ -224,6 +224,7 @@ class LevelRunner:
             with LagMonitor() as lag:
                 res.lags = lag.lags
                 cpu0, t0 = cpu_seconds(), time.perf_counter()
+                kept0 = 0
                 try:
                     warm = await self._open_connections(session, c, level, shard)
                     if w.warmup_requests:
@@ -237,6 +238,7 @@ class LevelRunner:
                     # the self-check covers the measured rounds, not connecting and warming up
                     lag.lags.clear()
                     cpu0, t0 = cpu_seconds(), time.perf_counter()
+                    kept0 = getattr(session, "kept_reads", 0)
                     for rnd in range(0 if stop else rounds):
                         mine = list(range(shard, n, shards))
                         with lag.paused():  # built before the round's clock starts
@@ -251,6 +253,7 @@ class LevelRunner:
                 finally:
                     res.cpu_s = cpu_seconds() - cpu0
                     res.busy_s = time.perf_counter() - t0
+                    res.reads_kept = getattr(session, "kept_reads", 0) - kept0
         return res
 
     # -- a level ----------------------------------------------------------------------------
@@ -311,7 +314,7 @@ class LevelRunner:
         health = ClientHealth(
             loop_lag_p99_ms=max(1e3 * (percentile(o.lags, 99) or 0.0) for o in outs),
             cpu_frac=max(o.cpu_s / o.busy_s if o.busy_s > 0 else 0.0 for o in outs),
-            shards=shards, reader=outs[0].reader,
+            shards=shards, reader=outs[0].reader, reads_kept=sum(o.reads_kept for o in outs),
             events_scanned=sum(r.scanned_events for r in records if r.round >= 0),
             events_json=sum(r.parsed_events for r in records if r.round >= 0))
         result = aggregate_level(concurrency, w, records, rounds, samples, health,

@@ -34,6 +34,7 @@ class ShardOutcome:
     busy_s: float = 0.0
     error: str = ""
     reader: Literal["native", "python", "aiohttp"] = "python"  # ClientHealth.reader
+    reads_kept: int = 0  # ClientHealth.reads_kept: over the measured rounds
 
 
 class Sync:

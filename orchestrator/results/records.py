@@ -126,7 +126,8 @@ def trial_record(result: TrialResult, sweep_id: str, trial_dir: Path | None,
                     for rr in lv.rounds]
         if lv.client is not None:  # the client's self-check: can the level be trusted
             metrics += [("client_cpu_frac", lv.client.cpu_frac, c),
-                        ("client_loop_lag_p99_ms", lv.client.loop_lag_p99_ms, c)]
+                        ("client_loop_lag_p99_ms", lv.client.loop_lag_p99_ms, c),
+                        ("client_reads_kept", float(lv.client.reads_kept), c)]
         if lv.status == "valid":
             valid_tputs.append(lv.metrics.output_tok_s)
     if valid_tputs:

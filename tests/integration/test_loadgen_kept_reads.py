@@ -1,7 +1,7 @@
 """Kept reads (``fastread``: an armed socket's whole token reads stay in C) record what the
 Python pass records: against the paced C benchmark server, one token per read, in every
 stream format, the same tokens, bytes, events and one arrival per read, and a proof that
-agrees; and the kept path is the one that read most of them."""
+agrees; the kept path is the one that read most of them, and a level says so."""
 
 from __future__ import annotations
 
@@ -63,3 +63,21 @@ def test_kept_reads_record_what_the_python_pass_records(fmt: str):
         assert a.first_token == a.arrivals[0] and a.start < a.first_token <= a.end
         pa, pb = prove(a), prove(b)
         assert pa == pb and pa.chunks == TOKENS and pa.final_usage == TOKENS, pa
+
+
+def test_a_level_reports_the_reads_it_kept():
+    from actors.contracts.config import Workload
+    from actors.loadgen.level import LevelRunner
+    from actors.loadgen.prompts import PromptFactory
+
+    w = Workload(prompt_tokens=8, output_tokens=TOKENS, concurrency=[STREAMS], rounds=1,
+                 requests_per_round=2 * STREAMS, warmup_requests=0)
+    with sse_server(step_ms=3.0, cpus=None, kind="c", fmt="asked") as srv:
+        runner = LevelRunner(srv["url"], "m", w, PromptFactory(list(range(100, 1000)), 8),
+                             time_scale=1.0, transport="lean")
+        res = asyncio.run(runner.run_level(STREAMS))
+    assert res.client is not None and res.client.reader == "native"
+    tokens = sum(r.chunk_tokens for r in runner.last_records)
+    assert tokens == 2 * STREAMS * TOKENS and res.client.parse == "scan"
+    # most token reads were kept in C: all but each stream's first token and its end
+    assert tokens // 2 <= res.client.reads_kept < tokens, res.client
