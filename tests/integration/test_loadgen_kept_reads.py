@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
+import socket
+import threading
+import time
 
 import pytest
 
@@ -81,3 +84,64 @@ def test_a_level_reports_the_reads_it_kept():
     assert tokens == 2 * STREAMS * TOKENS and res.client.parse == "scan"
     # most token reads were kept in C: all but each stream's first token and its end
     assert tokens // 2 <= res.client.reads_kept < tokens, res.client
+
+
+_EVENT = (b'data: {"id":"c","object":"text_completion","choices":[{"index":0,"text":" a",'
+          b'"finish_reason":null}],"usage":{"prompt_tokens":3,"completion_tokens":%d,'
+          b'"total_tokens":%d}}\n\n')
+
+
+def _chunk(event: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(event), event)
+
+
+def _slow_server(tokens: int, gap_s: float, hang: bool) -> tuple[str, threading.Thread]:
+    """One response: ``tokens`` token chunks ``gap_s`` apart, then its end, or nothing more
+    (``hang``: the connection stays open and silent)."""
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn, srv:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n")
+            for i in range(1, tokens + 1):
+                conn.sendall(_chunk(_EVENT % (i, i + 3)))
+                time.sleep(gap_s)
+            if hang:
+                time.sleep(3.0)
+                return
+            end = (b'data: {"choices":[{"index":0,"text":"","finish_reason":"length"}],'
+                   b'"usage":{"prompt_tokens":3,"completion_tokens":%d,"total_tokens":%d}}\n\n'
+                   % (tokens, tokens + 3))
+            conn.sendall(_chunk(end) + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{srv.getsockname()[1]}", thread
+
+
+async def _one(url: str, stall_s: float) -> tuple[RequestRecord, int]:
+    rec = RequestRecord(index=0, round=0)
+    async with ConnectionPool(url, stall_timeout=stall_s) as pool:
+        await stream_request_lean(pool, "/v1/completions", {"prompt": "x", "stream": True},
+                                  rec)
+        return rec, pool.kept_reads
+
+
+def test_the_stall_clock_sees_kept_reads_and_a_stall_keeps_what_was_read():
+    # tokens 0.15 s apart for 1.5 s, the stall timeout 0.5 s: kept reads (no Python per read)
+    # still move the stall clock, so the stream is not cut as stalled
+    url, thread = _slow_server(10, 0.15, hang=False)
+    rec, kept = asyncio.run(_one(url, stall_s=0.5))
+    thread.join(5)
+    assert rec.error is None and rec.chunk_tokens == 10 and kept >= 6, (rec.error, kept)
+    assert len(rec.arrivals) == 10 and rec.completion_tokens == 10
+    # a server that goes silent mid-stream: a stall, with the tokens read before it counted
+    url, thread = _slow_server(6, 0.05, hang=True)
+    rec, kept = asyncio.run(_one(url, stall_s=0.5))
+    thread.join(5)
+    assert rec.error == "stall" and kept >= 3, (rec.error, kept)
+    assert rec.chunk_tokens == 6 and len(rec.arrivals) == 6 and rec.completion_tokens == 6
