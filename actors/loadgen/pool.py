@@ -117,6 +117,8 @@ class ConnectionPool:
             conn.loop.add_reader(fd, conn._readable)  # type: ignore[union-attr]
             return
         self._stamps = self._stamps and conn.stamps
+        if self.native is not None:
+            self.native.forget(fd)  # a new socket: nothing of an earlier one on this fd
         self._fds[fd] = conn
         self._ep.register(fd, select.EPOLLIN)
         if self._loop is None:
