@@ -134,7 +134,8 @@ typedef struct {
     long nbytes, cap;
     long long *ts, *cnt;          /* arrival (CLOCK_REALTIME ns), tokens */
     long narr, arrcap;
-    long long events, tokens, last_ns;
+    long long events, tokens;
+    long long last_ns;            /* the last read's arrival: kept, or the one before ss_arm */
 } ss_stream;
 
 static ss_stream *streams;
@@ -158,15 +159,17 @@ static ss_stream *stream_of(int fd, int grow) {
 static void clear(ss_stream *s) { s->nbytes = s->narr = 0; s->events = s->tokens = 0; }
 
 /* Keep fd's whole token reads of `mode` from now on; `last`: the completion_tokens counted
- * so far (mode 1). 0, or -ENOMEM. Kept reads not yet taken are dropped. */
-int ss_arm(int fd, int mode, long long last) {
+ * so far (mode 1); `prev_ns`: the arrival of the stream's last read (CLOCK_REALTIME ns, 0:
+ * none), from which the first kept read's gap is measured. 0, or -ENOMEM. Kept reads not
+ * yet taken are dropped. */
+int ss_arm(int fd, int mode, long long last, long long prev_ns) {
     ss_stream *s = stream_of(fd, 1);
     if (!s) return -ENOMEM;
     clear(s);
     s->armed = 1;
     s->mode = mode;
     s->last = last;
-    s->last_ns = 0;
+    s->last_ns = prev_ns;
     return 0;
 }
 
@@ -218,9 +221,11 @@ static int grow(void **p, long *cap, long need, long size) {
 }
 
 /* Keep one read of s (its scan code `code`, all `got` bytes whole token chunks) that
- * arrived at t; 0, or -1 when it is not of the armed kind or memory ran out (then it goes
- * to Python). */
-static int keep(ss_stream *s, const char *data, long got, long long code, long long t) {
+ * arrived at t, and move *gap (seconds: the running mean gap between a stream's tokens) as
+ * http1.Connection._counted does per read; 0, or -1 when it is not of the armed kind or
+ * memory ran out (then it goes to Python). */
+static int keep(ss_stream *s, const char *data, long got, long long code, long long t,
+                double *gap) {
     long long k;
     if (code >= 0) {
         if (s->mode != 1) return -1;
@@ -244,6 +249,7 @@ static int keep(ss_stream *s, const char *data, long got, long long code, long l
         if (s->narr && s->ts[s->narr - 1] == t) s->cnt[s->narr - 1] += k;
         else { s->ts[s->narr] = t; s->cnt[s->narr] = k; s->narr++; }
         s->tokens += k;
+        if (s->last_ns > 0) *gap += 0.01 * ((double)(t - s->last_ns) * 1e-9 / k - *gap);
     }
     s->last_ns = t;
     return 0;
@@ -255,24 +261,34 @@ static int keep(ss_stream *s, const char *data, long got, long long code, long l
  * time in ns of CLOCK_REALTIME (0: none), ss_scan_prefix of the bytes (-1: not the hot
  * path), the bytes it took (from the read's start; 0 with -1), and 1 when the socket had
  * kept reads (it is disarmed: Python takes them before this read). A read an armed socket
- * keeps is not handed over; *kept counts those.
+ * keeps is not handed over; *kept counts those, and each moves *gap (see keep).
+ * *more is 1 when sockets were left ready (more than max_events, or buf was full): the
+ * drain goes on; 0 when this pass read every ready socket.
  * Returns the number of reads handed over, or -errno if epoll_wait failed. A socket that
  * had nothing after all (EAGAIN, EINTR) is left out; one that did not fit is read next
  * time (the epoll set is level-triggered). */
 long ss_drain(int epfd, int max_events, char *buf, long bufsize, long per_read,
-              long long *out, long *kept) {
-    struct epoll_event evs[256];
+              long long *out, long *kept, double *gap, int *more) {
+    struct epoll_event evs[257];
     if (max_events > 256) max_events = 256;
     *kept = 0;
-    int ready = epoll_wait(epfd, evs, max_events, 0);
+    *more = 0;
+    int ready = epoll_wait(epfd, evs, max_events + 1, 0);  /* one more: is any left? */
     if (ready < 0) return errno == EINTR ? 0 : -errno;
+    if (ready > max_events) {
+        *more = 1;
+        ready = max_events;
+    }
     long used = 0, k = 0;
     long long now = -1;
     union { char c[CMSG_SPACE(sizeof(struct timespec))]; struct cmsghdr align; } ctl;
     for (int e = 0; e < ready; e++) {
         int fd = evs[e].data.fd;
         long room = bufsize - used < per_read ? bufsize - used : per_read;
-        if (room <= 0) break;
+        if (room <= 0) {
+            *more = 1;
+            break;
+        }
         struct iovec iov = {buf + used, (size_t)room};
         struct msghdr msg = {0};
         msg.msg_iov = &iov;
@@ -311,7 +327,7 @@ long ss_drain(int epfd, int max_events, char *buf, long bufsize, long per_read,
                     now = (long long)tn.tv_sec * 1000000000LL + tn.tv_nsec;
                 }
                 long long t = r[3] && r[3] <= now && r[3] > now - 1000000000LL ? r[3] : now;
-                if (keep(s, buf + used, got, r[4], t) == 0) { (*kept)++; continue; }
+                if (keep(s, buf + used, got, r[4], t, gap) == 0) { (*kept)++; continue; }
             }
             s->armed = 0;
             r[6] = 1;

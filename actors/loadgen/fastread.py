@@ -74,9 +74,10 @@ def _load() -> ctypes.CDLL | str:
     try:
         lib = ctypes.CDLL(str(path))
         lib.ss_drain.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_long,
-                                 ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+                                 ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p,
+                                 ctypes.c_void_p, ctypes.c_void_p]
         lib.ss_drain.restype = ctypes.c_long
-        lib.ss_arm.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong]
+        lib.ss_arm.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
         lib.ss_arm.restype = ctypes.c_int
         lib.ss_forget.argtypes = [ctypes.c_int]
         lib.ss_forget.restype = None
@@ -154,7 +155,10 @@ class NativeReader:
     """Buffers for one pool's passes: ``drain(epfd)`` reads up to ``pass_size`` ready
     sockets and returns the records (``FIELDS`` ints per read, flat) of the reads it hands
     over, indexing into the bytes buffer ``view``, valid until the next ``drain``;
-    ``kept_reads``: the reads of that pass that armed sockets kept (``arm``, ``take``)."""
+    ``kept_reads``: the reads of that pass that armed sockets kept (``arm``, ``take``);
+    ``more``: sockets were left ready after it (the drain goes on);
+    ``gap``: the running mean gap between a stream's tokens given to ``drain``, moved by
+    each kept read as the pool moves it per read in Python (``http1.Connection._counted``)."""
 
     def __init__(self, lib: ctypes.CDLL, pass_size: int, per_read: int):
         self._lib = lib
@@ -169,31 +173,43 @@ class NativeReader:
         self._out_addr = ctypes.addressof(self._cout)
         self._kept = ctypes.c_long(0)
         self._kept_addr = ctypes.addressof(self._kept)
+        self._gap = ctypes.c_double(0.0)
+        self._gap_addr = ctypes.addressof(self._gap)
+        self.gap = 0.0
+        self._more = ctypes.c_int(0)
+        self._more_addr = ctypes.addressof(self._more)
+        self.more = False
         self._info = (ctypes.c_longlong * 7)()
         self.kept_reads = 0
         self.view = memoryview(self._buf)
         self._records = memoryview(self._out).cast("q")
 
-    def drain(self, epfd: int) -> list[int]:
-        """Flat records of this pass's reads; raises OSError if ``epoll_wait`` failed."""
+    def drain(self, epfd: int, gap: float = 0.0) -> list[int]:
+        """Flat records of this pass's reads; raises OSError if ``epoll_wait`` failed.
+        ``gap`` (seconds) is the running mean token gap so far; ``self.gap`` is it after."""
+        self._gap.value = gap
         n = self._fn(epfd, self.pass_size, self._buf_addr, len(self._buf), self.per_read,
-                     self._out_addr, self._kept_addr)
+                     self._out_addr, self._kept_addr, self._gap_addr, self._more_addr)
         if n < 0:
             raise OSError(-n, os.strerror(-n))
-        self.kept_reads = self._kept.value
+        self.kept_reads, self.gap, self.more = self._kept.value, self._gap.value, \
+            bool(self._more.value)
         return self._records[:n * FIELDS].tolist()
 
-    def arm(self, fd: int, kind: int, last: int = 0) -> bool:
+    def arm(self, fd: int, kind: int, last: int = 0, prev_ns: int = 0) -> bool:
         """Keep ``fd``'s reads that are all whole token chunks of ``kind`` (``USAGE``, with
-        ``last`` the count so far; ``IDS``; ``TEXT``) until one is not; False: no memory."""
-        return self._lib.ss_arm(fd, kind, last) == 0
+        ``last`` the count so far; ``IDS``; ``TEXT``) until one is not; False: no memory.
+        ``prev_ns``: the stream's last read's arrival (ns of CLOCK_REALTIME; 0: none), from
+        which the first kept read's token gap is measured."""
+        return self._lib.ss_arm(fd, kind, last, prev_ns) == 0
 
     def forget(self, fd: int) -> None:
         """``fd`` is closing: drop its state (take what it kept first)."""
         self._lib.ss_forget(fd)
 
     def armed(self, fd: int) -> tuple[bool, int]:
-        """(armed, the last kept read's arrival in ns of CLOCK_REALTIME; 0: none)."""
+        """(armed, the last read's arrival in ns of CLOCK_REALTIME: kept, else the one
+        given to ``arm``; 0: none)."""
         self._lib.ss_kept(fd, self._info)
         return bool(self._info[0]), self._info[6]
 

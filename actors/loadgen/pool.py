@@ -14,15 +14,17 @@ its whole-token reads and hands over only the first other one (``_arm_kept``,
 (benchmarks/README.md). Without it the same pass runs in Python (``_pass_python``).
 
 Coalescing: with kernel timestamps a read's arrival time does not depend on when
-it is read, so when the client is busy (its last drain read many sockets)
-the pool waits a moment after a wake-up before draining: sockets that become ready
-meanwhile are read in the same pass, one ``epoll_wait`` and one loop turn for many
-reads. The wait is ``coalesce_s`` (default 1 ms), and only where a stream's tokens
-come at least 2 x that apart on average (measured on the hot path; no wait until
-measured), so that they are still read one per read. Not shorter: the loop's
-selector sleeps whole milliseconds, so a 0.25 ms wait is a 1 ms one. A quiet client
-drains at once (no delay before the next request is sent); without kernel
-timestamps there is no coalescing.
+it is read, so where many sockets become ready within ``coalesce_s`` (default 1 ms)
+the pool waits that long after a wake-up before draining: the sockets that became ready
+meanwhile are read in the same pass, one ``epoll_wait`` and one loop turn for many reads.
+"Many" is measured, not guessed: the busy connections over the running mean gap between a
+stream's tokens (``token_gap``, measured on every read, in C for kept ones) is the rate
+at which sockets become ready; the pool waits where that rate brings at least
+``_SPREAD`` reads per wait, and only where a stream's tokens come at least 2 x
+``coalesce_s`` apart (so that they are still read one per read; no wait until measured).
+Not shorter: the loop's selector sleeps whole milliseconds, so a 0.25 ms wait is a 1 ms
+one. A quiet client drains at once (no delay before the next request is sent); without
+kernel timestamps there is no coalescing.
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ __all__ = ["ConnectionPool", "PASS_SIZE", "stream_request_lean"]
 
 _perf = time.perf_counter
 _EPOLL = getattr(select, "epoll", None)
-_BUSY = 8  # a drain (its passes together) that read this many sockets: busy, so coalesce
+#: coalesce where the sockets expected to become ready within one wait are at least this
+#: many (else each wake reads about one socket and the wait only adds delay)
+_SPREAD = 4
 #: sockets read per loop callback at most: 16 reads (~0.3 ms) keep a timer or a request start
 #: from waiting behind a whole step of reads (256 at once kept loop lag p99 at 5-25 ms at
 #: 256 streams even a third loaded); smaller costs more per token (benchmarks/README.md)
@@ -94,8 +98,7 @@ class ConnectionPool:
         #: before its next token lands (else reads bunch at fast steps, e.g. 1 ms x 64)
         self.token_gap = 0.0
         self.pass_size = pass_size
-        self._burst = 0  # sockets read so far by the drain in progress (passes chained)
-        self._last_burst = 0  # sockets read by the last whole drain
+        self._draining = False  # the last pass left sockets ready: the drain goes on
         self._ep = _EPOLL() if _EPOLL is not None else None
         self._fds: dict[int, Connection] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -105,6 +108,7 @@ class ConnectionPool:
         self.native = (fastread.reader(pass_size, READ_SIZE)
                        if self._ep is not None and native_read else None)
         self.kept_reads = 0  # reads the native pass kept in C (never handed to Python)
+        self.coalesced = 0  # wake-ups that waited coalesce_s before draining
         #: a read's leading whole token chunks (``http1._scan_prefix``; in C with the native
         #: pass): how a connection counts what a drain's scan did not take at once
         self.scan_prefix = ((self.native is not None and fastread.prefix_scanner())
@@ -151,15 +155,19 @@ class ConnectionPool:
 
     def coalescing(self) -> bool:
         """Whether a wake-up waits ``coalesce_s`` before draining: kernel timestamps, not in
-        the middle of a drain, the last drain was busy, and a stream's tokens come at
-        least 2 x ``coalesce_s`` apart (a shorter gap would make reads bunch)."""
-        return (self.coalesce_s > 0 and self._stamps and self._burst == 0
-                and self._last_burst >= _BUSY and self.token_gap >= 2 * self.coalesce_s)
+        the middle of a drain, a stream's tokens come at least 2 x ``coalesce_s`` apart (a
+        shorter gap would make reads bunch), and at the busy streams' rate at least
+        ``_SPREAD`` sockets become ready within one wait."""
+        gap = self.token_gap
+        return (self.coalesce_s > 0 and self._stamps and not self._draining
+                and gap >= 2 * self.coalesce_s
+                and len(self._busy) * self.coalesce_s >= _SPREAD * gap)
 
     def _wake(self) -> None:
         """Some socket is ready: drain now, or (``coalescing``) a moment later, so that one
         pass reads every socket that became ready meanwhile."""
         if self.coalescing():
+            self.coalesced += 1
             self._loop.remove_reader(self._ep.fileno())  # type: ignore[union-attr]
             self._armed = False
             self._loop.call_later(self.coalesce_s, self._drain)  # type: ignore[union-attr]
@@ -173,35 +181,35 @@ class ConnectionPool:
         starts: one burst of reads does not hold them up), which drains on at once."""
         if self._ep is None or self._ep.closed:
             return
-        reads = 0
+        self._draining = False
         try:
-            reads = self._pass_native() if self.native is not None else self._pass_python()
+            self._draining = (self._pass_native() if self.native is not None
+                              else self._pass_python())
         finally:
-            self._burst += reads
-            if reads < self.pass_size:  # the backlog is read: this drain is over
-                self._last_burst, self._burst = self._burst, 0
             self._arm()
 
-    def _pass_python(self) -> int:
-        """One pass in Python; returns the sockets read."""
-        ready = self._ep.poll(0, self.pass_size)  # type: ignore[union-attr]
-        for fd, _ in ready:
+    def _pass_python(self) -> bool:
+        """One pass in Python; returns whether sockets were left ready (the drain goes on)."""
+        ready = self._ep.poll(0, self.pass_size + 1)  # type: ignore[union-attr]
+        more = len(ready) > self.pass_size
+        for fd, _ in ready[:self.pass_size]:
             conn = self._fds.get(fd)
             if conn is not None:
                 try:
                     conn._readable()
                 except Exception as err:  # noqa: BLE001 - see _broken
                     _broken(conn, err)
-        return len(ready)
+        return more
 
-    def _pass_native(self) -> int:
+    def _pass_native(self) -> bool:
         """One pass with the system calls and the hot-path scan in C (``fastread``): the
-        same reads, stamps and decisions as ``_pass_python``; returns the sockets read.
+        same reads, stamps and decisions as ``_pass_python``, and the same return.
         A connection whose read was all whole token chunks is then armed (``_arm_kept``):
         C keeps its next such reads itself and hands over only the first other one, after
         which ``_take_kept`` records what it kept, in order, before that read."""
         native = self.native
-        recs = native.drain(self._ep.fileno())  # type: ignore[union-attr]
+        recs = native.drain(self._ep.fileno(), self.token_gap)  # type: ignore[union-attr]
+        self.token_gap = native.gap  # type: ignore[union-attr]
         fds, view, offset = self._fds, native.view, self.clock_offset  # type: ignore
         now = _perf()
         it = iter(recs)
@@ -232,7 +240,7 @@ class ConnectionPool:
             except Exception as err:  # noqa: BLE001 - see _broken
                 _broken(conn, err)
         self.kept_reads += native.kept_reads  # type: ignore[union-attr]
-        return len(recs) // fastread.FIELDS + native.kept_reads  # type: ignore[union-attr]
+        return native.more  # type: ignore[union-attr]
 
     def _arm_kept(self, conn: Connection, fd: int, code: int) -> None:
         """After a read of whole token chunks (scan ``code``): let C keep this stream's next
@@ -249,13 +257,15 @@ class ConnectionPool:
             kind, last = fastread.USAGE, counter.last_usage
         else:
             kind, last = (fastread.IDS if untally(code)[1] else fastread.TEXT), 0
-        if self.native.arm(fd, kind, last):  # type: ignore[union-attr]
+        prev_ns = int((conn.last_read + self.clock_offset) * 1e9)  # for the first kept gap
+        if self.native.arm(fd, kind, last, prev_ns):  # type: ignore[union-attr]
             conn.kept = kind
 
     def _take_kept(self, conn: Connection) -> None:
         """Record what C kept of ``conn``'s stream (``fastread.Kept``) as the Python pass
         would have, read by read: the bytes for the proof, the arrivals merged where they
-        share a time, the count, the stall clock and the running mean token gap."""
+        share a time, the count and the stall clock (C moved the running mean token gap
+        as it kept each read)."""
         kind, conn.kept = conn.kept, 0
         fd = conn.sock.fileno() if conn.sock is not None else -1
         offset = self.clock_offset
@@ -268,7 +278,7 @@ class ConnectionPool:
         rec.scanned_events += got.events
         if kind == fastread.USAGE:
             counter.last_usage = rec.completion_tokens = got.last
-        prev, conn.last_read = conn.last_read, got.last_ns * 1e-9 - offset
+        conn.last_read = got.last_ns * 1e-9 - offset
         if not got.counts:
             return
         times, counts = got.times, got.counts
@@ -278,9 +288,6 @@ class ConnectionPool:
         rec.arrivals.extend(times)
         rec.counts.extend(counts)
         rec.chunk_tokens += got.tokens
-        # the running mean gap, as if updated once per kept arrival (_counted, _tallied)
-        gap = (conn.last_read - prev) / got.tokens
-        self.token_gap += (1 - 0.99 ** len(got.counts)) * (gap - self.token_gap)
 
     async def _connect(self) -> Connection:
         loop = asyncio.get_running_loop()

@@ -68,6 +68,37 @@ def test_kept_reads_record_what_the_python_pass_records(fmt: str):
         assert pa == pb and pa.chunks == TOKENS and pa.final_usage == TOKENS, pa
 
 
+def test_kept_reads_keep_the_token_gap_measured_so_a_busy_pool_coalesces():
+    """Each kept read moves the pool's running mean token gap (in C), so at a slow pace with
+    many streams the pool still knows the pace and waits a moment per wake-up to read many
+    sockets at once, yet reads one token per read. (Before: the gap was measured only on the
+    reads Python saw, the first few of each stream, and a pool that read few sockets per wake
+    never coalesced: at 12.5 ms x 256 a wake read about 5 sockets, 9 us per token.)"""
+    streams, tokens = 48, 120  # 48 streams at 5 ms: about 10 ready per 1 ms wait; 0.6 s
+
+    async def level(url: str) -> tuple[list[RequestRecord], ConnectionPool, float]:
+        body = {"model": "m", "prompt": "one two", "max_tokens": tokens, "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+                "ignore_eos": True}
+        recs = [RequestRecord(index=i, round=0) for i in range(streams)]
+        async with ConnectionPool(url) as pool:
+            run = asyncio.gather(*(stream_request_lean(pool, "/v1/completions", body, r)
+                                   for r in recs))
+            await asyncio.sleep(0.35)  # mid-way: every stream armed, none ended
+            gap = pool.token_gap
+            await run
+        return recs, pool, gap
+
+    with sse_server(step_ms=5.0, cpus=None, kind="c", fmt="asked") as srv:
+        recs, pool, gap = asyncio.run(level(srv["url"]))
+    assert all(r.error is None and r.chunk_tokens == tokens for r in recs)
+    assert pool.kept_reads >= streams * tokens // 2
+    assert gap == pytest.approx(0.005, rel=0.3)  # the pace while streaming
+    assert pool.coalesced >= tokens * 3 // 4  # about one wait per step (was: a few)
+    reads = sum(len(r.arrivals) for r in recs)
+    assert streams * tokens / reads <= 1.2  # still about one token per read
+
+
 def test_a_level_reports_the_reads_it_kept():
     from actors.contracts.config import Workload
     from actors.loadgen.level import LevelRunner

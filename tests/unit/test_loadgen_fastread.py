@@ -193,14 +193,18 @@ def test_an_armed_socket_keeps_whole_token_reads_and_hands_back_the_first_other(
     a.sendall(b"x")  # (kernel stamping switches on a moment later)
     time.sleep(0.05)
     reader.drain(ep.fileno())
-    assert reader.arm(fd, fastread.USAGE, last=3)
+    prev_ns = time.time_ns()
+    assert reader.arm(fd, fastread.USAGE, last=3, prev_ns=prev_ns)
+    assert reader.armed(fd) == (True, prev_ns)  # the stall clock starts at the last read
     reads = [chunk(TOKEN % (4, 9)), chunk(TOKEN % (5, 10)) + chunk(TOKEN % (7, 12))]
-    stamps = []
+    stamps, gaps, gap = [], [], 0.5
     for data in reads:
         before = time.time_ns()
         a.sendall(data)
         time.sleep(0.01)
-        assert reader.drain(ep.fileno()) == [] and reader.kept_reads == 1
+        assert reader.drain(ep.fileno(), gap) == [] and reader.kept_reads == 1
+        gaps.append((gap, reader.gap))
+        gap = reader.gap
         stamps.append((before, time.time_ns()))
     armed, last_ns = reader.armed(fd)
     assert armed and stamps[1][0] <= last_ns <= stamps[1][1]
@@ -216,6 +220,11 @@ def test_an_armed_socket_keeps_whole_token_reads_and_hands_back_the_first_other(
     assert all(lo * 1e-9 <= t <= hi * 1e-9 for t, (lo, hi) in zip(kept.times, stamps,
                                                                    strict=True))
     assert kept.last_ns * 1e-9 == kept.times[-1]  # (offset 0: the times are the stamps)
+    # each kept read moved the running mean token gap as the Python pass does per read:
+    # gap += 0.01 * ((arrival - previous arrival) / tokens - gap)
+    prevs = [prev_ns * 1e-9, kept.times[0]]
+    for (before, after), t, prev, k in zip(gaps, kept.times, prevs, kept.counts, strict=True):
+        assert after == pytest.approx(before + 0.01 * ((t - prev) / k - before), rel=1e-6)
     assert reader.take(fd) is None  # taken once
     # a read of another kind than the one armed is handed back (here: text, not usage)
     assert reader.arm(fd, fastread.USAGE, last=0)

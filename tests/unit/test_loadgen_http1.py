@@ -125,25 +125,32 @@ def test_scan_takes_whole_token_events_only(read: bytes, expected: int):
     assert _scan(read) == expected
 
 
-def test_coalescing_waits_only_where_it_cannot_bunch_reads():
-    """The pool delays a drain only when busy and when a stream's tokens come at least
-    twice the wait apart: the loop's selector sleeps whole milliseconds, so a wait at a
-    faster pace would put two tokens of one stream into one read."""
+def test_coalescing_waits_only_where_it_saves_wakes_and_cannot_bunch_reads():
+    """The pool delays a drain only where the busy streams' rate (streams over the mean gap
+    between a stream's tokens) brings at least ``_SPREAD`` ready sockets per wait, and where
+    a stream's tokens come at least twice the wait apart: the loop's selector sleeps whole
+    milliseconds, so a wait at a faster pace would put two tokens of one stream into one
+    read. No wait until the gap is measured, and none at a low rate (each wake reads about
+    one socket then: the wait would only add delay)."""
     pool = ConnectionPool("http://127.0.0.1:9", coalesce_s=0.001)
-    pool._last_burst = 64  # the last drain read 64 sockets: busy
+    pool._busy = {object() for _ in range(256)}  # type: ignore[misc]
     assert not pool.coalescing()  # no gap measured yet
     pool.token_gap = 0.0015  # 1.5 ms between a stream's tokens
     assert not pool.coalescing()
-    pool.token_gap = 0.005
+    pool.token_gap = 0.0125  # 256 streams at 12.5 ms: about 20 ready per 1 ms wait
     assert pool.coalescing()
-    pool._burst = 16  # in the middle of a drain: go on at once
+    pool._draining = True  # the last pass left sockets ready: go on at once
     assert not pool.coalescing()
-    pool._burst, pool._last_burst = 0, 2  # quiet: drain at once
-    assert not pool.coalescing()
+    pool._draining = False
+    pool._busy = {object() for _ in range(40)}  # type: ignore[misc]
+    assert not pool.coalescing()  # 40 at 12.5 ms: 3.2 per wait, under _SPREAD
+    pool.token_gap = 0.005
+    assert pool.coalescing()  # 40 at 5 ms: 8 per wait
     off = ConnectionPool("http://127.0.0.1:9", coalesce_s=0)
-    off._last_burst, off.token_gap = 64, 0.005
+    off._busy, off.token_gap = pool._busy, 0.005
     assert not off.coalescing()  # coalescing turned off
     for p in (pool, off):
+        p._busy = set()
         asyncio.run(p.close())
 
 
