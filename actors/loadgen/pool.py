@@ -49,10 +49,11 @@ _EPOLL = getattr(select, "epoll", None)
 #: coalesce where the sockets expected to become ready within one wait are at least this
 #: many (else each wake reads about one socket and the wait only adds delay)
 _SPREAD = 4
-#: sockets read per loop callback at most: 16 reads (~0.3 ms) keep a timer or a request start
-#: from waiting behind a whole step of reads (256 at once kept loop lag p99 at 5-25 ms at
-#: 256 streams even a third loaded); smaller costs more per token (benchmarks/README.md)
-PASS_SIZE = 16
+#: sockets read per loop callback at most: 64 reads (~0.3 ms at ~5 us per kept read) keep a
+#: timer or a request start from waiting behind a whole step of reads (256 at once kept loop
+#: lag p99 at 5-25 ms at 256 streams even a third loaded, before reads were kept in C);
+#: smaller costs more per token (benchmarks/README.md)
+PASS_SIZE = 64
 
 
 def _broken(conn: Connection, err: Exception) -> None:

@@ -62,7 +62,7 @@ class PromptFactory:
         self.nonce = random.SystemRandom().getrandbits(32) if nonce is None else nonce
         self._seed = f"{seed}-{self.nonce}"
         rng = random.Random(self._seed)
-        self._prefix = [rng.choice(ids) for _ in range(shared_prefix)]
+        self._prefix = rng.choices(ids, k=shared_prefix)
         self._nonce_digits = self._digits(self.nonce, 4)  # the same in every prompt
         self.tokenizer = tokenizer
 
@@ -80,7 +80,7 @@ class PromptFactory:
         body_len = self.length - self.shared_prefix
         # the index (distinct for |ids|^4 requests), then the nonce (another run's prompts)
         head = (self._digits(index + salt * 1_000_003, 4) + self._nonce_digits)[:body_len]
-        tail = [rng.choice(self.ids) for _ in range(body_len - len(head))]
+        tail = rng.choices(self.ids, k=body_len - len(head))  # (one call: built per request)
         return self._prefix + head + tail
 
     def make_text(self, index: int, salt: int = 0) -> str:

@@ -5,14 +5,24 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["percentile", "spread", "median"]
+__all__ = ["percentile", "percentiles", "spread", "median"]
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Linear-interpolated percentile (q in 0..100) of ``values``; None when empty."""
+    return percentiles(values, (q,))[0]
+
+
+def percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float | None]:
+    """``percentile(values, q)`` for each q, sorting once (a level's ITLs are one per token:
+    each sort of them costs more than the rest of the level's arithmetic)."""
     if not values:
-        return None
+        return [None] * len(qs)
     xs = sorted(values)
+    return [_at(xs, q) for q in qs]
+
+
+def _at(xs: list[float], q: float) -> float:
     if len(xs) == 1:
         return float(xs[0])
     pos = (len(xs) - 1) * q / 100.0
