@@ -20,6 +20,8 @@ the share of measured requests that did.
 
 from __future__ import annotations
 
+from operator import sub
+
 from actors.contracts.config import Workload
 from actors.contracts.results import (
     ClientHealth,
@@ -187,18 +189,29 @@ def _slo_met(records: list[RequestRecord], counted: dict[int, int], slo: SLO | N
 
 def _metrics(ok: list[RequestRecord], counted: dict[int, int], rounds: list[RoundResult],
              ms: float, scale: float) -> LevelMetrics:
-    """Median-over-rounds throughput and pooled latencies (``ms``: seconds -> engine ms)."""
-    itls = [x for r in ok for x in request_itls(r, counted[id(r)])]
-    gaps = [b - a for r in ok for a, b in zip(r.arrivals, r.arrivals[1:])]
+    """Median-over-rounds throughput and pooled latencies (``ms``: seconds -> engine ms).
+    A request read one token per read (its counts known) has its ITLs equal to its chunk
+    gaps: they are computed once, and sorted once where that holds for every request."""
+    itls: list[float] = []
+    gaps: list[float] = []
+    same = True  # every request's ITLs are its chunk gaps
+    for r in ok:
+        gap = list(map(sub, r.arrivals[1:], r.arrivals[:-1]))
+        gaps += gap
+        if r.counts_known and r.counts[1:].count(1) == len(gap):
+            itls += gap
+        else:
+            same = False
+            itls += request_itls(r, counted[id(r)])
     tpots = [(r.arrivals[-1] - r.first_token) / (counted[id(r)] - 1)  # type: ignore[operator]
              for r in ok if counted[id(r)] > 1]
     ttfts = [r.first_token - r.start for r in ok]  # type: ignore[operator]
     e2es = [r.end - r.start for r in ok]
     tputs = [rr.output_tok_s for rr in rounds]
     ttft50, ttft90, ttft99 = percentiles(ttfts, (50, 90, 99))
-    itl50, itl99 = percentiles(itls, (50, 99))
-    e2e50, e2e99 = percentiles(e2es, (50, 99))
     gap50, gap99 = percentiles(gaps, (50, 99))
+    itl50, itl99 = (gap50, gap99) if same else percentiles(itls, (50, 99))
+    e2e50, e2e99 = percentiles(e2es, (50, 99))
     return LevelMetrics(
         output_tok_s=median(tputs) or 0.0,
         total_tok_s=median([rr.total_tok_s or 0.0 for rr in rounds]) or 0.0,

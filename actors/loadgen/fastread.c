@@ -264,19 +264,23 @@ static int keep(ss_stream *s, const char *data, long got, long long code, long l
     return 0;
 }
 
-/* Read up to max_events ready sockets once each (at most per_read bytes each, one after
- * the other into buf[0:bufsize]); out gets SS_FIELDS int64 per read handed to Python: fd,
+/* Read up to max_events ready sockets once each, handing at most max_handed of the reads to
+ * Python (kept reads are cheap; a handed one can mean a stream's end and the next request:
+ * the cap bounds the Python work one pass leaves for its loop turn). Each read takes at most
+ * per_read bytes; handed ones lie one after the other in buf[0:bufsize]. out gets SS_FIELDS
+ * int64 per read handed to Python: fd,
  * offset in buf, length (0: the peer closed, <0: -errno of a failed read), kernel receive
  * time in ns of CLOCK_REALTIME (0: none), ss_scan_prefix of the bytes (-1: not the hot
  * path), the bytes it took (from the read's start; 0 with -1), and 1 when the socket had
  * kept reads (it is disarmed: Python takes them before this read). A read an armed socket
  * keeps is not handed over; *kept counts those, and each moves *gap (see keep).
- * *more is 1 when sockets were left ready (more than max_events, or buf was full): the
+ * *more is 1 when sockets were left ready (more than max_events, max_handed handed over, or
+ * buf full): the
  * drain goes on; 0 when this pass read every ready socket.
  * Returns the number of reads handed over, or -errno if epoll_wait failed. A socket that
  * had nothing after all (EAGAIN, EINTR) is left out; one that did not fit is read next
  * time (the epoll set is level-triggered). */
-long ss_drain(int epfd, int max_events, char *buf, long bufsize, long per_read,
+long ss_drain(int epfd, int max_events, int max_handed, char *buf, long bufsize, long per_read,
               long long *out, long *kept, double *gap, int *more) {
     struct epoll_event evs[257];
     if (max_events > 256) max_events = 256;
@@ -294,7 +298,7 @@ long ss_drain(int epfd, int max_events, char *buf, long bufsize, long per_read,
     for (int e = 0; e < ready; e++) {
         int fd = evs[e].data.fd;
         long room = bufsize - used < per_read ? bufsize - used : per_read;
-        if (room <= 0) {
+        if (room <= 0 || k >= max_handed) {
             *more = 1;
             break;
         }

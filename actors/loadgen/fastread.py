@@ -73,7 +73,8 @@ def _load() -> ctypes.CDLL | str:
         return NOT_BUILT.format(name=_NAME, dir=_DIR)
     try:
         lib = ctypes.CDLL(str(path))
-        lib.ss_drain.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_long,
+        lib.ss_drain.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                 ctypes.c_long,
                                  ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p,
                                  ctypes.c_void_p, ctypes.c_void_p]
         lib.ss_drain.restype = ctypes.c_long
@@ -152,18 +153,21 @@ USAGE, IDS, TEXT = 1, 2, 3
 
 
 class NativeReader:
-    """Buffers for one pool's passes: ``drain(epfd)`` reads up to ``pass_size`` ready
-    sockets and returns the records (``FIELDS`` ints per read, flat) of the reads it hands
-    over, indexing into the bytes buffer ``view``, valid until the next ``drain``;
+    """Buffers for one pool's passes: ``drain(epfd)`` reads up to ``reads`` ready sockets
+    (default ``pass_size``), hands at most ``pass_size`` of the reads over, and returns
+    their records (``FIELDS`` ints per read, flat), indexing into the bytes buffer ``view``,
+    valid until the next ``drain``;
     ``kept_reads``: the reads of that pass that armed sockets kept (``arm``, ``take``);
     ``more``: sockets were left ready after it (the drain goes on);
     ``gap``: the running mean gap between a stream's tokens given to ``drain``, moved by
     each kept read as the pool moves it per read in Python (``http1.Connection._counted``)."""
 
-    def __init__(self, lib: ctypes.CDLL, pass_size: int, per_read: int):
+    def __init__(self, lib: ctypes.CDLL, pass_size: int, per_read: int,
+                 reads: int | None = None):
         self._lib = lib
         self._fn = lib.ss_drain
         self.pass_size, self.per_read = pass_size, per_read
+        self.reads = max(reads or pass_size, pass_size)
         size = pass_size * per_read
         self._buf = bytearray(size)
         self._out = bytearray(8 * FIELDS * pass_size)
@@ -188,7 +192,8 @@ class NativeReader:
         """Flat records of this pass's reads; raises OSError if ``epoll_wait`` failed.
         ``gap`` (seconds) is the running mean token gap so far; ``self.gap`` is it after."""
         self._gap.value = gap
-        n = self._fn(epfd, self.pass_size, self._buf_addr, len(self._buf), self.per_read,
+        n = self._fn(epfd, self.reads, self.pass_size, self._buf_addr, len(self._buf),
+                     self.per_read,
                      self._out_addr, self._kept_addr, self._gap_addr, self._more_addr)
         if n < 0:
             raise OSError(-n, os.strerror(-n))
@@ -230,7 +235,7 @@ class NativeReader:
                     info[6])
 
 
-def reader(pass_size: int, per_read: int) -> NativeReader | None:
+def reader(pass_size: int, per_read: int, reads: int | None = None) -> NativeReader | None:
     """A native reader for one pool, or None (see ``why_not``)."""
     lib = _library()
-    return NativeReader(lib, pass_size, per_read) if lib is not None else None
+    return NativeReader(lib, pass_size, per_read, reads) if lib is not None else None

@@ -10,7 +10,8 @@ one call per loop callback does the ``epoll_wait``, the ``recvmsg`` of every rea
 socket and the hot-path scan; Python then only records what it found
 (``_pass_native``). Once a stream's first token is counted, its socket is armed: C keeps
 its whole-token reads and hands over only the first other one (``_arm_kept``,
-``_take_kept``), so at one token per read no Python runs per token
+``_take_kept``), so at one token per read no Python runs per token; a native pass reads up
+to ``KEPT_PASS`` x ``pass_size`` sockets but hands Python at most ``pass_size`` reads
 (benchmarks/README.md). Without it the same pass runs in Python (``_pass_python``).
 
 Coalescing: with kernel timestamps a read's arrival time does not depend on when
@@ -49,11 +50,14 @@ _EPOLL = getattr(select, "epoll", None)
 #: coalesce where the sockets expected to become ready within one wait are at least this
 #: many (else each wake reads about one socket and the wait only adds delay)
 _SPREAD = 4
-#: sockets read per loop callback at most: 64 reads (~0.3 ms at ~5 us per kept read) keep a
-#: timer or a request start from waiting behind a whole step of reads (256 at once kept loop
-#: lag p99 at 5-25 ms at 256 streams even a third loaded, before reads were kept in C);
-#: smaller costs more per token (benchmarks/README.md)
-PASS_SIZE = 64
+#: reads handed to Python per loop callback at most: 16 reads (~0.3 ms; more where a read
+#: ends a stream and starts the next request) keep a timer or a request start from waiting
+#: behind a whole step of reads (256 at once kept loop lag p99 at 5-25 ms at 256 streams even
+#: a third loaded); smaller costs more per token (benchmarks/README.md)
+PASS_SIZE = 16
+#: a native pass reads up to KEPT_PASS x pass_size sockets, most of them kept in C (~5 us
+#: each: 4 x 16 of them are about the turn 16 handed reads are): fewer passes per step
+KEPT_PASS = 4
 
 
 def _broken(conn: Connection, err: Exception) -> None:
@@ -106,7 +110,7 @@ class ConnectionPool:
         self._armed = False  # the loop watches the epoll descriptor
         self._stamps = True  # every connection has kernel timestamps (coalescing is safe)
         #: the native read pass (fastread.c), or None: the Python one
-        self.native = (fastread.reader(pass_size, READ_SIZE)
+        self.native = (fastread.reader(pass_size, READ_SIZE, KEPT_PASS * pass_size)
                        if self._ep is not None and native_read else None)
         self.kept_reads = 0  # reads the native pass kept in C (never handed to Python)
         self.coalesced = 0  # wake-ups that waited coalesce_s before draining

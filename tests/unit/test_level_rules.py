@@ -241,3 +241,28 @@ def test_goodput_counts_only_the_requests_that_met_every_limit_on_their_own():
     assert level(good()).metrics.goodput_tok_s is None
     assert aggregate_level(2, W, good(), [(0, 0.1)], [], HEALTHY, 1.0,
                            SLO()).metrics.goodput_tok_s is None
+
+
+def test_itl_percentiles_are_the_same_whether_or_not_every_read_held_one_token():
+    """The ITL percentiles reuse the chunk gaps where every request read one token per read
+    (one sort instead of two); with one request of bunched reads they come from the split
+    gaps of every request. Both equal the percentiles of ``request_itls`` pooled."""
+    import random
+
+    from actors.loadgen.aggregate import request_itls
+    from actors.loadgen.stats import percentile
+
+    rng = random.Random(3)
+    w = Workload(prompt_tokens=16, output_tokens=12, concurrency=[2], rounds=3,
+                 warmup_requests=0)
+    one_each = [rec(r, i, out=12, gap=rng.uniform(0.001, 0.004)) for r in range(3)
+                for i in range(4)]
+    bunched = one_each[:-1] + [rec(2, 3, out=12, chunks=[1, 3, 1, 4, 1, 2], gap=0.002)]
+    for records in (one_each, bunched):
+        m = level(records, w=w).metrics
+        pooled = [x for r in records for x in request_itls(r, 12)]
+        assert m.itl_p50_ms == pytest.approx(1e3 * percentile(pooled, 50))
+        assert m.itl_p99_ms == pytest.approx(1e3 * percentile(pooled, 99))
+        gaps = [b - a for r in records for a, b in zip(r.arrivals, r.arrivals[1:])]
+        assert m.chunk_gap_p99_ms == pytest.approx(1e3 * percentile(gaps, 99))
+    assert level(bunched, w=w).metrics.itl_p99_ms != level(bunched, w=w).metrics.chunk_gap_p99_ms

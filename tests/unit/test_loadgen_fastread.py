@@ -170,6 +170,45 @@ def test_drain_reads_stamps_and_scans_each_ready_socket(pair):
 
 
 @native
+def test_a_pass_hands_python_at_most_pass_size_reads_and_keeps_reading_kept_ones():
+    """``reads`` bounds the sockets one pass reads, ``pass_size`` the reads it hands over
+    (each may end a stream and start a request in Python): past that cap the pass stops,
+    says sockets are left (``more``), and the next pass reads them."""
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        socks = []
+        for _ in range(4):
+            b = socket.create_connection(srv.getsockname())
+            a, _ = srv.accept()
+            b.setblocking(False)
+            socks.append((a, b))
+    ep = select.epoll()
+    try:
+        for _, b in socks:
+            ep.register(b.fileno(), select.EPOLLIN)
+        reader = fastread.reader(pass_size=1, per_read=4096, reads=4)
+        armed = socks[0][1].fileno()
+        assert reader.arm(armed, fastread.USAGE, last=3)
+        for a, _ in socks:
+            a.sendall(chunk(TOKEN % (4, 9)))  # whole token chunks: kept where armed
+        time.sleep(0.05)
+        handed, kept = [], 0
+        for _ in range(4):
+            recs = reader.drain(ep.fileno())
+            assert len(recs) <= fastread.FIELDS  # at most one read handed per pass
+            handed += recs[::fastread.FIELDS]
+            kept += reader.kept_reads
+            if not reader.more:
+                break
+        assert kept == 1 and sorted(handed) == sorted(b.fileno() for _, b in socks[1:])
+        assert not reader.more and reader.drain(ep.fileno()) == []
+    finally:
+        ep.close()
+        for a, b in socks:
+            a.close()
+            b.close()
+
+
+@native
 def test_drain_reads_at_most_per_read_and_leaves_the_rest_for_the_next_pass(pair):
     a, b, ep = pair
     reader = fastread.reader(pass_size=2, per_read=100)
