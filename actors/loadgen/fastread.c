@@ -44,25 +44,48 @@ static const char CONTENT[] = "\"content\":\"";
 static const char FINISH[] = "\"finish_reason\":\"";
 static const char USAGE[] = "\"usage\":{";
 
-static long rfind(const char *s, long start, long end, const char *pat, long m) {
-    for (long i = end - m; i >= start; i--)
-        if (s[i] == pat[0] && memcmp(s + i, pat, m) == 0) return i;
-    return -1;
-}
-
 static long find(const char *s, long start, long end, const char *pat, long m) {
     if (end - start < m) return -1;
     const char *p = memmem(s + start, end - start, pat, m);
     return p ? p - s : -1;
 }
 
-#define FIND(pat) find(data, c, end, pat, sizeof pat - 1)
+/* Where the keys the scan decides by lie in data[c:end]: the last "completion_tokens"
+ * (as rfind) and the first of each other key (as find), or -1. One pass over the quotes
+ * (every key starts with one) instead of a search per key: at one token per read, five
+ * searches of each event were a third of the C pass. */
+typedef struct { long key, finish, usage, ids, text, content; } ss_keys;
+
+#define AT(pat) (left >= (long)sizeof pat - 1 && memcmp(q, pat, sizeof pat - 1) == 0)
+
+static void keys_of(const char *data, long c, long end, ss_keys *k) {
+    k->key = k->finish = k->usage = k->ids = k->text = k->content = -1;
+    const char *q = data + c, *stop = data + end;
+    while (q < stop && (q = memchr(q, '"', stop - q)) != NULL) {
+        long at = q - data, left = stop - q;
+        if (left < 2) break;
+        switch (q[1]) {
+        case 'c':
+            if (AT(KEY)) k->key = at;
+            else if (k->content < 0 && AT(CONTENT)) k->content = at;
+            break;
+        case 'f': if (k->finish < 0 && AT(FINISH)) k->finish = at; break;
+        case 'u': if (k->usage < 0 && AT(USAGE)) k->usage = at; break;
+        case 't':
+            if (k->ids < 0 && AT(IDS)) k->ids = at;
+            else if (k->text < 0 && AT(TEXT)) k->text = at;
+            break;
+        }
+        q++;
+    }
+}
 
 /* ss_scan of the longest run of leading chunks it accepts (http1._scan_prefix): the code
  * of chunks data[0:*used]; it stops before the first chunk that is cut off, is not a token
- * event, is malformed or is of another kind than those before it ((-1, 0) at the first). */
-long long ss_scan_prefix(const char *data, long n, long *used) {
-    long pos = 0;
+ * event, is malformed or is of another kind than those before it ((-1, 0) at the first).
+ * *events: the chunks taken (each is one event). */
+static long long scan_prefix(const char *data, long n, long *used, long *events) {
+    long pos = 0, taken = 0;
     long long last = -1, tallied = 0;
     int mode = 0; /* 1: per-chunk usage, 2: token ids, 3: text */
     while (pos < n) {
@@ -83,42 +106,51 @@ long long ss_scan_prefix(const char *data, long n, long *used) {
         if (first_nl != data + end - 2 || memcmp(data + end - 1, "\n\r\n", 3) != 0) goto out;
         long c = find(data, start, end, CHOICE, sizeof CHOICE - 1);
         if (c < 0) goto out;
-        long j = rfind(data, c, end, KEY, sizeof KEY - 1);
+        ss_keys k;
+        keys_of(data, c, end, &k);
+        long j = k.key;
         if (j >= 0) { /* per-chunk usage: the count is the last event's */
             if (mode > 1) goto out;
             j += sizeof KEY - 1;
             long long v = 0;
-            long k = j;
-            for (; k < end && data[k] >= '0' && data[k] <= '9'; k++) {
+            long d = j;
+            for (; d < end && data[d] >= '0' && data[d] <= '9'; d++) {
                 if (v > (1LL << 50)) goto out;
-                v = v * 10 + (data[k] - '0');
+                v = v * 10 + (data[d] - '0');
             }
-            if (k == j) goto out;
+            if (d == j) goto out;
             mode = 1;
             last = v;
-        } else if (mode == 1 || FIND(FINISH) >= 0 || FIND(USAGE) >= 0) {
+        } else if (mode == 1 || k.finish >= 0 || k.usage >= 0) {
             goto out;
-        } else if ((j = FIND(IDS)) >= 0) { /* token ids: one per id */
+        } else if ((j = k.ids) >= 0) { /* token ids: one per id */
             long close = find(data, j, end, "]", 1);
             if (close < 0 || close == j + (long)(sizeof IDS - 1) || mode == 3) goto out;
             mode = 2;
             tallied += 1;
-            for (long k = j; k < close; k++) tallied += data[k] == ',';
+            for (long d = j; d < close; d++) tallied += data[d] == ',';
         } else { /* text: one per event */
-            long t = FIND(TEXT);
+            long t = k.text;
             if (t >= 0) t += sizeof TEXT - 1;
-            else if ((t = FIND(CONTENT)) >= 0) t += sizeof CONTENT - 1;
+            else if ((t = k.content) >= 0) t += sizeof CONTENT - 1;
             if (t < 0 || t >= end || data[t] == '"' || mode == 2) goto out;
             mode = 3;
             tallied += 1;
         }
         pos = end + 2;
+        taken++;
     }
 out:
+    *events = taken;
     if (mode == 1) { *used = pos; return last; }
-    if (!tallied) { *used = 0; return -1; }
+    if (!tallied) { *used = 0; *events = 0; return -1; }
     *used = pos;
     return -(2 + (tallied << 1 | (mode == 2))); /* http1.tally(tokens, exact) */
+}
+
+long long ss_scan_prefix(const char *data, long n, long *used) {
+    long events;
+    return scan_prefix(data, n, used, &events);
 }
 
 long long ss_scan(const char *data, long n) {
@@ -229,12 +261,12 @@ static int grow(void **p, long *cap, long need, long size) {
     return 0;
 }
 
-/* Keep one read of s (its scan code `code`, all `got` bytes whole token chunks) that
- * arrived at t, and move *gap (seconds: the running mean gap between a stream's tokens) as
+/* Keep one read of s (its scan code `code`, all `got` bytes whole token chunks: `events`
+ * events) that arrived at t, and move *gap (seconds: the running mean gap between a stream's tokens) as
  * http1.Connection._counted does per read; 0, or -1 when it is not of the armed kind or
  * memory ran out (then it goes to Python). */
-static int keep(ss_stream *s, const char *data, long got, long long code, long long t,
-                double *gap) {
+static int keep(ss_stream *s, const char *data, long got, long events, long long code,
+                long long t, double *gap) {
     long long k;
     if (code >= 0) {
         if (s->mode != 1) return -1;
@@ -251,8 +283,7 @@ static int keep(ss_stream *s, const char *data, long got, long long code, long l
         return -1;
     memcpy(s->bytes + s->nbytes, data, got);
     s->nbytes += got;
-    for (long i = 0; i + 1 < got; i++)
-        if (data[i] == '\n' && data[i + 1] == '\n') { s->events++; i++; }
+    s->events += events;
     if (code >= 0) s->last = code;
     if (k > 0) {
         if (s->narr && s->ts[s->narr - 1] == t) s->cnt[s->narr - 1] += k;
@@ -294,6 +325,7 @@ long ss_drain(int epfd, int max_events, int max_handed, char *buf, long bufsize,
     }
     long used = 0, k = 0;
     long long now = -1;
+    long events = 0;
     union { char c[CMSG_SPACE(sizeof(struct timespec))]; struct cmsghdr align; } ctl;
     for (int e = 0; e < ready; e++) {
         int fd = evs[e].data.fd;
@@ -326,7 +358,7 @@ long ss_drain(int epfd, int max_events, int max_handed, char *buf, long bufsize,
                     r[3] = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
                 }
             long took = 0;
-            r[4] = ss_scan_prefix(buf + used, got, &took);
+            r[4] = scan_prefix(buf + used, got, &took, &events);
             r[5] = took;
         }
         ss_stream *s = stream_of(fd, 0);
@@ -340,7 +372,7 @@ long ss_drain(int epfd, int max_events, int max_handed, char *buf, long bufsize,
                     now = (long long)tn.tv_sec * 1000000000LL + tn.tv_nsec;
                 }
                 long long t = r[3] && r[3] <= now && r[3] > now - 1000000000LL ? r[3] : now;
-                if (keep(s, buf + used, got, r[4], t, gap) == 0) { (*kept)++; continue; }
+                if (keep(s, buf + used, got, events, r[4], t, gap) == 0) { (*kept)++; continue; }
             }
             s->armed = 0;
             r[6] = 1;
