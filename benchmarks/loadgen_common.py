@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import os
 import re
@@ -244,40 +245,29 @@ def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def _time_the_proof() -> list[float]:
-    """CPU seconds the level's count proof takes (``level.prove``, after the clock), summed
-    into the returned one-item list as the level runs (in this process: one shard)."""
-    from actors.loadgen import level
-
+def _cpu_timed(owner: Any, name: str) -> list[float]:
+    """Replace ``owner.name`` (a function or a coroutine function) by one that sums the CPU
+    seconds it takes into the returned one-item list, as the level runs (in this process:
+    one shard). How the benchmarks split a level's CPU into its parts."""
     spent = [0.0]
-    prove = level.prove
+    fn = getattr(owner, name)
 
-    def timed(rec: Any, tokenizer: Any = None) -> Any:
-        t = time.process_time()
-        try:
-            return prove(rec, tokenizer)
-        finally:
-            spent[0] += time.process_time() - t
+    if inspect.iscoroutinefunction(fn):
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            t = time.process_time()
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                spent[0] += time.process_time() - t
+    else:
+        def timed(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            t = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[0] += time.process_time() - t
 
-    level.prove = timed  # type: ignore[assignment]
-    return spent
-
-
-def _time_the_opening(runner: Any) -> list[float]:
-    """CPU seconds of ``runner``'s connection-opening wave (one one-token request per stream,
-    before the level's clock), summed into the returned one-item list: the counterpart of
-    the vLLM client's warm-up wave, which its ``cpu_s`` leaves out."""
-    spent = [0.0]
-    opening = runner._open_connections
-
-    async def timed(*args: Any, **kwargs: Any) -> Any:
-        t = time.process_time()
-        try:
-            return await opening(*args, **kwargs)
-        finally:
-            spent[0] += time.process_time() - t
-
-    runner._open_connections = timed
+    setattr(owner, name, timed)
     return spent
 
 
@@ -304,7 +294,16 @@ def _ours(cfg: dict) -> dict:
                          time_scale=1.0, transport=transport,
                          shards=cfg.get("shards", 1), coalesce_s=cfg.get("coalesce_s", 0.001),
                          **({"pass_size": cfg["pass_size"]} if cfg.get("pass_size") else {}))
-    proof_cpu, open_cpu = _time_the_proof(), _time_the_opening(runner)
+    from actors.loadgen import level
+
+    # the count proof (after the level's clock), the connection-opening wave (one one-token
+    # request per stream before the clock: the counterpart of the vLLM client's warm-up
+    # wave, which its cpu_s leaves out) and the level's aggregation, each timed apart
+    proof_cpu, open_cpu = _cpu_timed(level, "prove"), _cpu_timed(runner, "_open_connections")
+    agg_cpu = _cpu_timed(level, "aggregate_level")
+    pools: list[Any] = []  # the level's connection pool, for its read counters
+    session = runner._session
+    runner._session = lambda n: pools.append(session(n)) or pools[-1]  # type: ignore
     (u0, s0), t0 = _cpu_split(), time.perf_counter()
     res = asyncio.run(runner.run_level(c))
     (u1, s1), wall = _cpu_split(), time.perf_counter() - t0
@@ -335,8 +334,13 @@ def _ours(cfg: dict) -> dict:
                                    if tokens else None),
            "us_proof_per_token": 1e6 * proof_cpu[0] / tokens if tokens else None,
            "us_open_per_token": 1e6 * open_cpu[0] / tokens if tokens else None,
+           "us_aggregate_per_token": 1e6 * agg_cpu[0] / tokens if tokens else None,
            "us_user_per_token": 1e6 * (u1 - u0) / tokens if tokens else None,
            "us_sys_per_token": 1e6 * (s1 - s0) / tokens if tokens else None}
+    pool = pools[0] if pools and hasattr(pools[0], "passes") else None
+    if pool is not None:  # the lean transport: how its reads were batched
+        out.update(passes=pool.passes, waits=pool.coalesced, reads_kept=pool.kept_reads,
+                   reads=sum(len(r.arrivals) for r in runner.last_records))
     if cfg.get("records"):
         out["records"] = [[r.round, r.index, r.start, r.first_token, r.arrivals, r.counts]
                           for r in runner.last_records]

@@ -77,7 +77,8 @@ def _ours_row(r: dict) -> dict:
     return dict(tokens=r["tokens"], tok_s=r["tokens"] / span if span else None,
                 per_read=r["tokens_per_read"], us_tok=r["us_per_token"],
                 us_stream=r["us_stream_per_token"], us_proof=r["us_proof_per_token"],
-                us_open=r.get("us_open_per_token"),
+                us_open=r.get("us_open_per_token"), us_agg=r.get("us_aggregate_per_token"),
+                per_pass=r["reads"] / r["passes"] if r.get("passes") else None,
                 cpu=r["client_cpu_frac"], secs=span, lag=r["loop_lag_p99_ms"],
                 flags=",".join(r["flags"]), errors=0 if r["status"] != "invalid" else 1,
                 reader=r.get("reader"), parse=r.get("parse"))
@@ -155,6 +156,7 @@ def main() -> None:
                        ("tok_s", "tok/s", ".0f"), ("keep", "delivered", ".3f"),
                        ("per_read", "tok/read", ".2f"), ("us_tok", "CPU us/tok", ".1f"),
                        ("us_stream", "reading us/tok", ".1f"), ("us_open", "opening us/tok", ".1f"),
+                       ("us_agg", "aggregation us/tok", ".1f"), ("per_pass", "reads/pass", ".1f"),
                        ("us_proof", "proof us/tok", ".1f"),
                        ("cpu", "client CPU", ".2f"), ("srv_cpu", "server CPU", ".2f"),
                        ("lag", "lag p99 ms", ".1f"), ("parse", "parsed by", "s"),

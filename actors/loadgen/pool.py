@@ -114,6 +114,7 @@ class ConnectionPool:
                        if self._ep is not None and native_read else None)
         self.kept_reads = 0  # reads the native pass kept in C (never handed to Python)
         self.coalesced = 0  # wake-ups that waited coalesce_s before draining
+        self.passes = 0  # read passes run (one epoll_wait each)
         #: a read's leading whole token chunks (``http1._scan_prefix``; in C with the native
         #: pass): how a connection counts what a drain's scan did not take at once
         self.scan_prefix = ((self.native is not None and fastread.prefix_scanner())
@@ -187,6 +188,7 @@ class ConnectionPool:
         if self._ep is None or self._ep.closed:
             return
         self._draining = False
+        self.passes += 1
         try:
             self._draining = (self._pass_native() if self.native is not None
                               else self._pass_python())
