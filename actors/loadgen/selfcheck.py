@@ -21,21 +21,29 @@ def cpu_seconds() -> float:
 
 
 class LagMonitor:
-    """Measures event-loop lag: how late a 5 ms sleep wakes up. Work the client does on
-    purpose between rounds (``paused``) is not lag: a sleep spanning it is not counted.
-    Used as ``with LagMonitor() as lag:`` inside the loop; ``lag.lags`` in seconds."""
+    """Measures event-loop lag: how late a timer callback runs. Work the client does on
+    purpose between rounds (``paused``) is not lag: a probe spanning it is not counted.
+    Used as ``with LagMonitor() as lag:`` inside the loop; ``lag.lags`` in seconds.
 
-    def __init__(self) -> None:
+    One probe every ``period`` seconds (``PERIOD_S``), as a bare timer callback (no task,
+    no future). Each probe can wake an idle loop, and on a VM a wake-up costs 120-300 us of
+    the process's CPU (``benchmarks/loadgen_wakeups.py``), so a 5 ms probe alone cost
+    2.4-4% of a core: at a 20 ms token step, more than the reading it watched."""
+
+    PERIOD_S = 0.05
+
+    def __init__(self, period: float | None = None) -> None:
         self.lags: list[float] = []
-        self._task: asyncio.Task | None = None
+        self.period = self.PERIOD_S if period is None else period
+        self._handle: asyncio.TimerHandle | None = None
         self._epoch = 0
 
-    async def _run(self) -> None:
-        while True:
-            epoch, t = self._epoch, time.perf_counter()
-            await asyncio.sleep(0.005)
-            if epoch == self._epoch:
-                self.lags.append(time.perf_counter() - t - 0.005)
+    def _probe(self, due: float, epoch: int) -> None:
+        now = self._loop.time()
+        if epoch == self._epoch:
+            self.lags.append(max(now - due, 0.0))
+        self._handle = self._loop.call_at(now + self.period, self._probe, now + self.period,
+                                          self._epoch)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -45,9 +53,11 @@ class LagMonitor:
             self._epoch += 1
 
     def __enter__(self) -> LagMonitor:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._loop = asyncio.get_running_loop()
+        due = self._loop.time() + self.period
+        self._handle = self._loop.call_at(due, self._probe, due, self._epoch)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._task:
-            self._task.cancel()
+        if self._handle:
+            self._handle.cancel()
