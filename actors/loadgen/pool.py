@@ -57,7 +57,7 @@ _SPREAD = 4
 PASS_SIZE = 16
 #: a native pass reads up to KEPT_PASS x pass_size sockets, most of them kept in C (~5 us
 #: each: 4 x 16 of them are about the turn 16 handed reads are): fewer passes per step
-KEPT_PASS = 4
+KEPT_PASS = 16
 
 
 def _broken(conn: Connection, err: Exception) -> None:
