@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -224,10 +225,11 @@ void ss_forget(int fd) {
     memset(s, 0, sizeof *s);
 }
 
-/* What fd keeps: out = {armed, bytes, arrivals, events, tokens, last, last_ns}. */
+/* What fd keeps: out = {armed, bytes, arrivals, events, tokens, last, last_ns, where the
+ * bytes are (valid until the next ss_take, ss_arm, ss_forget or ss_drain)}. */
 void ss_kept(int fd, long long *out) {
     ss_stream *s = stream_of(fd, 0);
-    memset(out, 0, 7 * sizeof *out);
+    memset(out, 0, 8 * sizeof *out);
     if (!s) return;
     out[0] = s->armed;
     out[1] = s->nbytes;
@@ -236,15 +238,17 @@ void ss_kept(int fd, long long *out) {
     out[4] = s->tokens;
     out[5] = s->last;
     out[6] = s->last_ns;
+    out[7] = (long long)(intptr_t)s->bytes;
 }
 
-/* Copy fd's kept bytes and arrivals out (sizes from ss_kept) and forget them (the socket
- * stays armed or not as it was); each arrival as Python computes it from a stamp,
- * ns * 1e-9 - offset (the pool's perf_counter clock). */
+/* Copy fd's kept arrivals (and bytes, unless `bytes` is NULL: the caller copied them from
+ * where ss_kept said) out, sizes from ss_kept, and forget them (the socket stays armed or
+ * not as it was); each arrival as Python computes it from a stamp, ns * 1e-9 - offset
+ * (the pool's perf_counter clock). */
 void ss_take(int fd, char *bytes, double *times, long long *cnt, double offset) {
     ss_stream *s = stream_of(fd, 0);
     if (!s) return;
-    memcpy(bytes, s->bytes, s->nbytes);
+    if (bytes) memcpy(bytes, s->bytes, s->nbytes);
     for (long i = 0; i < s->narr; i++) times[i] = (double)s->ts[i] * 1e-9 - offset;
     memcpy(cnt, s->cnt, s->narr * sizeof *cnt);
     clear(s);

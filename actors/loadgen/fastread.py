@@ -183,7 +183,7 @@ class NativeReader:
         self._more = ctypes.c_int(0)
         self._more_addr = ctypes.addressof(self._more)
         self.more = False
-        self._info = (ctypes.c_longlong * 7)()
+        self._info = (ctypes.c_longlong * 8)()
         self.kept_reads = 0
         self.view = memoryview(self._buf)
         self._records = memoryview(self._out).cast("q")
@@ -227,12 +227,10 @@ class NativeReader:
         nbytes, narr = info[1], info[2]
         if not nbytes:
             return None
-        data = bytearray(nbytes)
+        data = ctypes.string_at(info[7], nbytes)  # one copy, straight into the bytes object
         times, counts = array("d", bytes(8 * narr)), array("q", bytes(8 * narr))
-        self._lib.ss_take(fd, (ctypes.c_char * nbytes).from_buffer(data),
-                          times.buffer_info()[0], counts.buffer_info()[0], offset)
-        return Kept(bytes(data), times.tolist(), counts.tolist(), info[3], info[4], info[5],
-                    info[6])
+        self._lib.ss_take(fd, None, times.buffer_info()[0], counts.buffer_info()[0], offset)
+        return Kept(data, times.tolist(), counts.tolist(), info[3], info[4], info[5], info[6])
 
 
 def reader(pass_size: int, per_read: int, reads: int | None = None) -> NativeReader | None:
