@@ -84,11 +84,19 @@ def request_itls(rec: RequestRecord, total: int | None = None) -> list[float]:
         rest = max(total - 1, later)  # the first read's token opens the stream
         base, extra = divmod(rest, later)
         counts = [1] + [base + (1 if j < extra else 0) for j in range(later)]
+    gaps = list(map(sub, arrivals[1:], arrivals[:-1]))
+    multi = [j for j, k in enumerate(counts[1:len(arrivals)]) if k != 1]
+    if not multi:  # one token per read: the gaps are the ITLs
+        return gaps
     out: list[float] = []
-    for j in range(1, len(arrivals)):
-        k = counts[j]
+    prev = 0
+    for j in multi:  # only the reads that brought 0 or several tokens are split
+        out += gaps[prev:j]
+        k = counts[j + 1]
         if k > 0:
-            out.extend([(arrivals[j] - arrivals[j - 1]) / k] * k)
+            out += [gaps[j] / k] * k
+        prev = j + 1
+    out += gaps[prev:]
     return out
 
 

@@ -266,3 +266,19 @@ def test_itl_percentiles_are_the_same_whether_or_not_every_read_held_one_token()
         gaps = [b - a for r in records for a, b in zip(r.arrivals, r.arrivals[1:])]
         assert m.chunk_gap_p99_ms == pytest.approx(1e3 * percentile(gaps, 99))
     assert level(bunched, w=w).metrics.itl_p99_ms != level(bunched, w=w).metrics.chunk_gap_p99_ms
+
+
+def test_request_itls_split_only_the_reads_that_brought_several_tokens():
+    """Each read's gap is split evenly over the tokens it brought; a read of one token is
+    its gap, a read of none (e.g. a usage-only chunk) adds no ITL; without known counts
+    the request's tokens are spread over its reads after the first."""
+    from actors.loadgen.aggregate import request_itls
+
+    r = RequestRecord(index=0, round=0, start=0.0)
+    r.arrivals, r.counts = [0.0, 1.0, 3.0, 3.5, 6.5, 7.0], [1, 1, 2, 0, 3, 1]
+    assert request_itls(r) == [1.0] * 6 + [0.5]
+    r.counts = [1] * 6
+    assert request_itls(r) == [1.0, 2.0, 0.5, 3.0, 0.5]
+    r.counts_known = False  # 11 tokens over 5 later reads: 10 after the first, 2 each
+    assert request_itls(r, 11) == [0.5, 0.5, 1.0, 1.0, 0.25, 0.25, 1.5, 1.5, 0.25, 0.25]
+    assert request_itls(RequestRecord(index=1, round=0, start=0.0)) == []
