@@ -39,6 +39,8 @@ VLLM_PY = Path(env_settings().vllm_python or ROOT / ".venv-vllm" / "bin" / "pyth
 SSE_SERVER = ROOT / "benchmarks" / "loadgen_sse_server.py"
 SSE_SERVER_C = ROOT / "benchmarks" / "sse_server.c"
 SSE_SERVER_BIN = RESULTS / "sse_server"
+FLOOR_C = ROOT / "benchmarks" / "floor_client.c"
+FLOOR_BIN = RESULTS / "floor_client"
 #: which minimal SSE server the capacity and scaling benchmarks use by default: the C one
 #: where gcc can build it (it spends less of its core per token), else the Python one
 DEFAULT_SERVER = "c" if shutil.which("gcc") else "python"
@@ -93,21 +95,37 @@ def server(argv: list[str], cpus: str | None = "0", timeout: float = 60) -> Iter
                 break
 
 
-def build_c_server() -> Path:
-    """``benchmarks/sse_server.c`` built with ``gcc -O2`` into benchmarks/results/ (when
-    missing or older than the source)."""
-    src, out = SSE_SERVER_C, SSE_SERVER_BIN
+def _build(src: Path, out: Path) -> Path:
+    """``src`` built with ``gcc -O2`` into ``out`` (when missing or older than the source)."""
     if out.exists() and shutil.which("gcc") is None:
         return out  # carried along, built elsewhere
     if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
         RESULTS.mkdir(parents=True, exist_ok=True)
         gcc = shutil.which("gcc")
         if gcc is None:
-            raise FileNotFoundError("gcc not found: use --server python")
+            raise FileNotFoundError(f"gcc not found: cannot build {src.name}")
         tmp = out.with_name(out.name + f".{os.getpid()}")  # never a half-written binary
         subprocess.run([gcc, "-O2", "-o", str(tmp), str(src)], check=True)
         tmp.replace(out)
     return out
+
+
+def build_c_server() -> Path:
+    """``benchmarks/sse_server.c`` built into benchmarks/results/ (``--server python``
+    where there is no gcc)."""
+    return _build(SSE_SERVER_C, SSE_SERVER_BIN)
+
+
+def run_floor(url: str, streams: int, tokens: int = 256, per_stream: int = 2,
+              cpus: str | None = "1") -> dict:
+    """The kernel's floor (``floor_client.c``: one ``recvmsg`` per token, nothing else, in
+    C) against the C server at ``url``: its JSON line (``us_per_token``, ``tokens_per_read``,
+    ``tok_s``, ``wakeups``, ...)."""
+    exe = _build(FLOOR_C, FLOOR_BIN)
+    port = url.rsplit(":", 1)[1]
+    out = subprocess.run(pinned([str(exe), port, str(streams), str(tokens), str(per_stream)],
+                                cpus), capture_output=True, text=True, timeout=600, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 #: "keeps up at one token per read", the one rule every benchmark and claim uses
@@ -241,6 +259,18 @@ def _cpu_split() -> tuple[float, float]:
     return r.ru_utime + c.ru_utime, r.ru_stime + c.ru_stime
 
 
+def _sleeps() -> int:
+    """How many times this process has gone to sleep waiting (voluntary context switches):
+    each is a wake-up later, and on a VM a wake-up costs 120-300 us of the process's CPU
+    (``loadgen_wakeups.py``)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
+def _faults() -> int:
+    """Page faults this process has taken (minor: memory it touched for the first time)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
@@ -304,9 +334,10 @@ def _ours(cfg: dict) -> dict:
     pools: list[Any] = []  # the level's connection pool, for its read counters
     session = runner._session
     runner._session = lambda n: pools.append(session(n)) or pools[-1]  # type: ignore
-    (u0, s0), t0 = _cpu_split(), time.perf_counter()
+    (u0, s0), t0, z0, f0 = _cpu_split(), time.perf_counter(), _sleeps(), _faults()
     res = asyncio.run(runner.run_level(c))
-    (u1, s1), wall = _cpu_split(), time.perf_counter() - t0
+    (u1, s1), wall, z1, f1 = (_cpu_split(), time.perf_counter() - t0, _sleeps(),
+                             _faults())
     cpu = (u1 - u0) + (s1 - s0)
     m = res.metrics
     tokens = sum(r.chunk_tokens for r in runner.last_records)
@@ -321,6 +352,7 @@ def _ours(cfg: dict) -> dict:
            "parse": res.client.parse if res.client else None,
            "loop_lag_p99_ms": res.client.loop_lag_p99_ms if res.client else None,
            "tokens": tokens, "round_s": last - first, "cpu_s": cpu, "wall_s": wall,
+           "wakeups": z1 - z0, "faults": f1 - f0,
            "ttft_mean_ms": _mean([1e3 * (r.first_token - r.start) for r in runner.last_records
                                   if r.ok and r.first_token is not None]),
            "tokens_per_read": tokens / max(sum(len(r.arrivals) for r in runner.last_records),

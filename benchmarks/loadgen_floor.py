@@ -9,6 +9,9 @@ client can reach here with one read per token: compare ``loadgen_capacity.py``'s
 ``CPU us/tok`` of the lean transport with it.
 
     .venv/bin/python benchmarks/loadgen_floor.py --step-ms 5 --streams 256       # ~5 s
+
+``--clients c`` runs ``floor_client.c`` instead (built with gcc into benchmarks/results/):
+the same reads with no interpreter at all, so its CPU per token is the kernel's alone.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from loadgen_common import sse_server  # noqa: E402
+from loadgen_common import run_floor, sse_server  # noqa: E402
 
 _COMPLETION = re.compile(rb'"completion_tokens":(\d+)')
 _TS = socket.CMSG_SPACE(16)
@@ -109,14 +112,21 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=256)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--requests-per-stream", type=int, default=2)
+    ap.add_argument("--clients", default="python,c",
+                    help="python (this loop), c (floor_client.c: the same reads in C, the "
+                         "kernel's share alone)")
     a = ap.parse_args()
     with sse_server(a.step_ms, cpus="0", kind="c") as srv:
-        os.sched_setaffinity(0, {1 % (os.cpu_count() or 1)})
-        port = int(srv["url"].rsplit(":", 1)[1])
-        out = run(port, a.streams, a.tokens, a.requests_per_stream)
-    print(json.dumps({"step_ms": a.step_ms, "streams": a.streams,
-                      "offered_tok_s": round(a.streams / a.step_ms * 1e3) if a.step_ms else None,
-                      **out}))
+        for client in a.clients.split(","):
+            if client == "c":
+                out = run_floor(srv["url"], a.streams, a.tokens, a.requests_per_stream, "1")
+            else:
+                os.sched_setaffinity(0, {1 % (os.cpu_count() or 1)})
+                port = int(srv["url"].rsplit(":", 1)[1])
+                out = run(port, a.streams, a.tokens, a.requests_per_stream)
+            print(json.dumps({"client": client, "step_ms": a.step_ms, "streams": a.streams,
+                              "offered_tok_s": (round(a.streams / a.step_ms * 1e3)
+                                                if a.step_ms else None), **out}))
 
 
 if __name__ == "__main__":

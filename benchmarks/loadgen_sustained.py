@@ -20,7 +20,9 @@ the client
 Both figures are computed the same way for both clients from their per-request
 times. The sustained rate of a client is the highest offered rate among its
 sustained steps; the ratio ours / vLLM is the issue's "rate when tokens arrive one
-per read". CPU microseconds per token at each step show the cost behind it.
+per read". CPU microseconds per token at each step show the cost behind it, beside
+the floor's (``--clients ...,floor``: ``floor_client.c``, one ``recvmsg`` per token in C
+and nothing else, what any client pays here for the kernel's side of a read).
 
     .venv/bin/python benchmarks/loadgen_sustained.py                     # ~3 min
     .venv/bin/python benchmarks/loadgen_sustained.py --steps 4,5,6 --streams 256 --clients lean
@@ -44,6 +46,7 @@ from loadgen_common import (  # noqa: E402
     keeps_up,
     machine_note,
     proc_cpu_s,
+    run_floor,
     run_ours,
     save,
     sse_server,
@@ -80,15 +83,26 @@ def _ours_row(r: dict) -> dict:
                 us_open=r.get("us_open_per_token"), us_agg=r.get("us_aggregate_per_token"),
                 per_pass=r["reads"] / r["passes"] if r.get("passes") else None,
                 cpu=r["client_cpu_frac"], secs=span, lag=r["loop_lag_p99_ms"],
+                wakeups=r.get("wakeups"),
                 flags=",".join(r["flags"]), errors=0 if r["status"] != "invalid" else 1,
                 reader=r.get("reader"), parse=r.get("parse"))
 
 
+def _floor_row(r: dict) -> dict:
+    tokens, span = r["tokens"], r["tokens"] / r["tok_s"] if r["tok_s"] else None
+    return dict(tokens=tokens, tok_s=r["tok_s"], per_read=r["tokens_per_read"],
+                us_tok=r["us_per_token"], us_stream=r["us_per_token"], cpu=r["cpu_frac"],
+                secs=span, wakeups=r["wakeups"], errors=0)
+
+
 def _measure(vllm: VllmClient | None, srv: dict, step: float, c: int, t: str,
              args: argparse.Namespace) -> dict:
-    """One client (``vllm`` or a transport of ours) at one step and stream count."""
+    """One client (``vllm``, ``floor`` or a transport of ours) at one step and stream
+    count."""
     srv0 = proc_cpu_s(srv["pid"])
-    if t == "vllm":
+    if t == "floor":  # the kernel's floor: one recvmsg per token in C, nothing else
+        row, name = _floor_row(run_floor(srv["url"], c, OUTPUT, 2)), "floor-c"
+    elif t == "vllm":
         assert vllm is not None
         # its warm-up wave opens the connections, as ours does before its clock
         r = vllm.run(srv["url"], streams=c, prompt_tokens=32, requests=2 * c,
@@ -109,13 +123,41 @@ def _measure(vllm: VllmClient | None, srv: dict, step: float, c: int, t: str,
     return row
 
 
+def _cpu_summary(rows: list[dict], fmt: str, c: int) -> list[dict]:
+    """Reading CPU per token of each of our clients at the steps where it kept up at one
+    token per read (min / median / max), beside the floor's and the vLLM client's at the
+    same steps and repetitions (an absolute figure only beside its peer's)."""
+    out = []
+    mine = [r for r in rows if (r["format"], r["streams"]) == (fmt, c) and r["sustained"]]
+    at = {(r["rep"], r["step_ms"], r["client"]): r for r in rows
+          if (r["format"], r["streams"]) == (fmt, c)}
+    for name in sorted({r["client"] for r in mine} - {"vllm-bench", "floor-c"}):
+        ours = [r for r in mine if r["client"] == name and r["us_stream"] is not None]
+        if not ours:
+            continue
+        line = dict(format=fmt, streams=c, client=name, steps=len(ours))
+        for key, peer in (("reading", name), ("floor", "floor-c"), ("vllm", "vllm-bench")):
+            vals = sorted(v for r in ours if (v := at.get((r["rep"], r["step_ms"], peer), {})
+                                              .get("us_stream")) is not None)
+            if vals:
+                line[key] = (vals[0], statistics.median(vals), vals[-1])
+        out.append(line)
+        print(f"{fmt}, {c} streams, {name} at its {len(ours)} kept-up steps: " + "; ".join(
+            f"{k} {v[0]:.1f} / {v[1]:.1f} / {v[2]:.1f}" for k, v in line.items()
+            if isinstance(v, tuple)) + " us/tok (min / median / max; floor and vllm at "
+            "the same steps and repetitions)")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", default="4,5,6,7,8,10,12.5,14,16,20",
                     help="server steps in ms (default 4,5,6,7,8,10,12.5,14,16,20)")
     ap.add_argument("--streams", default="256")
-    ap.add_argument("--clients", default="vllm,lean")
+    ap.add_argument("--clients", default="vllm,lean,floor",
+                    help="vllm (vllm bench serve's client), lean / lean-python / aiohttp "
+                         "(ours), floor (floor_client.c: the kernel's cost per token)")
     ap.add_argument("--per-read", type=float, default=PER_READ,
                     help=f"most tokens per read for 'keeps up' (default {PER_READ}: the "
                          "one rule, benchmarks/README.md)")
@@ -158,6 +200,7 @@ def main() -> None:
                        ("us_stream", "reading us/tok", ".1f"), ("us_open", "opening us/tok", ".1f"),
                        ("us_agg", "aggregation us/tok", ".1f"), ("per_pass", "reads/pass", ".1f"),
                        ("us_proof", "proof us/tok", ".1f"),
+                       ("wakeups", "wake-ups", "d"),
                        ("cpu", "client CPU", ".2f"), ("srv_cpu", "server CPU", ".2f"),
                        ("lag", "lag p99 ms", ".1f"), ("parse", "parsed by", "s"),
                        ("flags", "flags", "s")]))
@@ -172,7 +215,7 @@ def main() -> None:
                 best[name] = max(ok) if ok else None
             ref = best.get("vllm-bench")
             for name, v in best.items():
-                if name != "vllm-bench" and v and ref:
+                if name not in ("vllm-bench", "floor-c") and v and ref:
                     ratios.setdefault(name, []).append(v / ref)
             summary.append(dict(format=fmt, streams=c, rep=rep, keeps_up_to=best))
             print(f"[{rep} {fmt}] {c} streams keep up to: " + ", ".join(
@@ -184,6 +227,7 @@ def main() -> None:
                   f"{len(rs)})")
             summary.append(dict(format=fmt, streams=c, client=name, ratio_min=rs[0],
                                 ratio_median=statistics.median(rs), ratio_max=rs[-1]))
+        summary.extend(_cpu_summary(rows, fmt, c))
     name = "loadgen_sustained-" + "-".join(str(c) for c in streams)
     path = save(name, {"machine": machine_note(), "rows": rows, "summary": summary,
                        "args": vars(args)})

@@ -55,8 +55,10 @@ _SPREAD = 4
 #: behind a whole step of reads (256 at once kept loop lag p99 at 5-25 ms at 256 streams even
 #: a third loaded); smaller costs more per token (benchmarks/README.md)
 PASS_SIZE = 16
-#: a native pass reads up to KEPT_PASS x pass_size sockets, most of them kept in C (~5 us
-#: each: 4 x 16 of them are about the turn 16 handed reads are): fewer passes per step
+#: a native pass reads up to KEPT_PASS x pass_size sockets (256), most of them kept in C
+#: (~4-5 us each, the kernel's read mostly): a pass costs ~90 us beyond its reads on a VM
+#: (the loop turn, the C call, the loop's own epoll_wait), so one pass takes a 256-stream
+#: step whole (loop lag p99 stayed 1-2 ms; 4 x 16 cost ~0.8 us per token more)
 KEPT_PASS = 16
 
 
