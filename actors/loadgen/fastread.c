@@ -309,9 +309,8 @@ static int keep(ss_stream *s, const char *data, long got, long events, long long
  * path), the bytes it took (from the read's start; 0 with -1), and 1 when the socket had
  * kept reads (it is disarmed: Python takes them before this read). A read an armed socket
  * keeps is not handed over; *kept counts those, and each moves *gap (see keep).
- * *more is 1 when sockets were left ready (more than max_events, max_handed handed over, or
- * buf full): the
- * drain goes on; 0 when this pass read every ready socket.
+ * *more is 1 when sockets were left ready (more than max_events, max_handed handed over, buf
+ * full, or one became ready during the pass): the drain goes on; 0 when none is ready.
  * Returns the number of reads handed over, or -errno if epoll_wait failed. A socket that
  * had nothing after all (EAGAIN, EINTR) is left out; one that did not fit is read next
  * time (the epoll set is level-triggered). */
@@ -384,5 +383,8 @@ long ss_drain(int epfd, int max_events, int max_handed, char *buf, long bufsize,
         if (got > 0) used += got;
         k++;
     }
+    /* a socket that became ready while this pass read the others (a lock-step server's
+     * step still arriving): the drain goes on at once, with no second coalescing wait */
+    if (!*more && ready > 0 && EPOLL_WAIT(epfd, evs, 1) > 0) *more = 1;
     return k;
 }
