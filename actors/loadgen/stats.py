@@ -24,25 +24,18 @@ def percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float | No
     if not values:
         return [None] * len(qs)
     if len(values) < _SELECT_FROM:
-        xs = sorted(values)
-        return [_at(xs, q) for q in qs]
-    # a level's pooled ITLs (one per token): select the ranks needed (O(n)) instead of a
-    # full sort; the same interpolation, on the same two neighbours, as _at
-    arr = np.asarray(values, dtype=float)
-    n = len(arr)
-    pos = [(n - 1) * q / 100.0 for q in qs]
-    ranks = sorted({r for p in pos for r in (math.floor(p), min(math.floor(p) + 1, n - 1))})
-    part = np.partition(arr, ranks)  # each rank in ``ranks`` holds its sorted value
-    at = {r: float(part[r]) for r in ranks}
-    out: list[float | None] = []
-    for p in pos:
-        lo = math.floor(p)
-        hi = min(lo + 1, n - 1)
-        out.append(float(at[lo] + (at[hi] - at[lo]) * (p - lo)))
-    return out
+        xs: Sequence[float] | np.ndarray = sorted(values)
+    else:  # a level's pooled ITLs: put just the ranks ``_at`` reads in place (O(n))
+        n = len(values)
+        ranks = sorted({min(math.floor((n - 1) * q / 100.0) + d, n - 1)
+                        for q in qs for d in (0, 1)})
+        xs = np.partition(np.asarray(values, dtype=float), ranks)
+    return [_at(xs, q) for q in qs]
 
 
-def _at(xs: list[float], q: float) -> float:
+def _at(xs: Sequence[float] | np.ndarray, q: float) -> float:
+    """The linear-interpolated q-th percentile of ``xs``, sorted at least at the two ranks
+    it reads."""
     if len(xs) == 1:
         return float(xs[0])
     pos = (len(xs) - 1) * q / 100.0
