@@ -196,6 +196,10 @@ class SimOptions(Frozen):
     # level is ``invalid`` and flagged ``held`` (reason "hold mode ..."): a hold-mode trial
     # ends ``invalid``, is never a winner and carries no numbers (actors/sim/hold.py)
     hold_s: float | None = Field(default=None, gt=0)
+    #: the bound on the sim's lateness: a level in which more than this share of the
+    #: tokens went out late (``actors.sim.pace``: past their step's due time by more than
+    #: the step, or 2 ms) is flagged ``sim_behind`` and cannot win
+    late_share_max: float = Field(default=0.10, ge=0, le=1)
 
     @field_validator("profiles")
     @classmethod

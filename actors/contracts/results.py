@@ -22,8 +22,8 @@ from actors.contracts.states import (
     TrialStatus,
 )
 
-__all__ = ["LevelMetrics", "ServerObservation", "ClientHealth", "RoundResult", "LevelResult",
-           "Capacity", "TrialResult"]
+__all__ = ["LevelMetrics", "ServerObservation", "HostLoad", "ClientHealth", "RoundResult",
+           "LevelResult", "Capacity", "TrialResult"]
 
 class _M(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -66,6 +66,22 @@ class ServerObservation(_M):
     preemptions: float | None = None
     block_size: int | None = None
     num_blocks: int | None = None
+    #: the sim's punctuality over the level (``actors.sim.pace``; None from a real engine):
+    #: tokens its paced steps wrote, the share written late, their mean lateness (wall ms),
+    #: and the share of the requests' first tokens written late (their TTFT)
+    sim_paced_tokens: float | None = None
+    sim_late_share: float | None = None
+    sim_lag_mean_ms: float | None = None
+    sim_late_first_share: float | None = None
+
+
+class HostLoad(_M):
+    """The machine the level ran on, while it ran (the sim's numbers depend on it)."""
+
+    cpus: int  # CPUs this process may run on
+    load_1m: float | None = None  # the 1-minute load average at the level's end
+    #: share of all CPUs' time spent busy (not idle or iowait) during the level
+    busy: float | None = None
 
 
 class ClientHealth(_M):
@@ -124,6 +140,7 @@ class LevelResult(_M):
     count_sources: dict[str, int] = Field(default_factory=dict)
     server: ServerObservation = ServerObservation()
     client: ClientHealth | None = None
+    host_load: HostLoad | None = None
     time_scale: float = 1.0
     wall_s: float = 0.0
 

@@ -118,6 +118,12 @@ class MetricsSample:
     block_size: int | None = None
     num_blocks: int | None = None
     time_scale: float | None = None
+    #: the sim's punctuality counters (``actors.sim.pace``); None from a real engine
+    sim_paced_tokens: float | None = None
+    sim_late_tokens: float | None = None
+    sim_lag_token_s: float | None = None
+    sim_first_tokens: float | None = None
+    sim_late_first_tokens: float | None = None
 
 
 def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -49,6 +50,9 @@ _HEADER = re.compile(r"servesweep-sim (?P<version>\S+): profile=(?P<profile>\w+)
                      r"hardware=(?P<hardware>\S+) model=\S+ tp=(?P<tp>\d+) "
                      r"weights=(?P<weights>\w+) kv_dtype=(?P<kv_dtype>\w+) "
                      r"cuda_graphs=(?P<cuda_graphs>True|False) time_scale=(?P<time_scale>[\d.e-]+)")
+_PACE = re.compile(r"^servesweep_sim_(paced_tokens|late_tokens|token_lag_seconds|first_tokens|"
+                   r"late_first_tokens)_total "
+                   r"(\S+)$", re.M)
 _BEHIND = re.compile(r"sim: engine loop behind real time by (?P<seconds>[\d.]+) s")
 _POOL = re.compile(r"sim: KV pool (?P<blocks>\d+) blocks of (?P<block_size>\d+) tokens")
 #: the sim profile whose log imitates TensorRT-LLM's (the others print vLLM's lines)
@@ -200,7 +204,17 @@ class SimAdapter(EngineAdapter):
         return parse_vllm_line(line) + parse_trtllm_line(line)
 
     def parse_metrics(self, text: str, t: float) -> MetricsSample:
-        return parse_vllm_metrics(text, t)
+        """vLLM's names, plus the sim's punctuality counters (``actors.sim.pace``)."""
+        sample = parse_vllm_metrics(text, t)
+        found = {name: value for name, value in _PACE.findall(text)}
+        if not found:
+            return sample
+        return dataclasses.replace(
+            sample, sim_paced_tokens=_num(found.get("paced_tokens")),
+            sim_late_tokens=_num(found.get("late_tokens")),
+            sim_lag_token_s=_num(found.get("token_lag_seconds")),
+            sim_first_tokens=_num(found.get("first_tokens")),
+            sim_late_first_tokens=_num(found.get("late_first_tokens")))
 
     def applied(self, events: list[LogEvent]) -> AppliedConfig:
         applied = applied_from_events(events)
@@ -240,3 +254,10 @@ class SimAdapter(EngineAdapter):
                 "kv_dtype": trial.kv_dtype, "cuda_graphs": trial.cuda_graphs}
         return [f"{k}: requested {v!r}, server reports {applied.get(k)!r}"
                 for k, v in want.items() if applied.get(k) != v]
+
+
+def _num(text: str | None) -> float | None:
+    try:
+        return None if text is None else float(text)
+    except ValueError:
+        return None

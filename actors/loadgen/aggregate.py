@@ -258,4 +258,23 @@ def _observe(samples: list[MetricsSample]) -> ServerObservation:
         running_p50=median(run), waiting_max=max(wait) if wait else None,
         waiting_p50=median(wait), kv_usage_max=max(kv) if kv else None,
         preemptions=(pre[-1] - pre[0]) if len(pre) >= 2 else None,
-        block_size=last.block_size, num_blocks=last.num_blocks)
+        block_size=last.block_size, num_blocks=last.num_blocks, **_pace(samples))
+
+
+def _pace(samples: list[MetricsSample]) -> dict[str, float | None]:
+    """The sim's punctuality over the level: its counters' change from the first sample
+    to the last (empty where the server reports none)."""
+    have = [s for s in samples if s.sim_paced_tokens is not None]
+    if len(have) < 2:
+        return {}
+    a, b = have[0], have[-1]
+    tokens = (b.sim_paced_tokens or 0.0) - (a.sim_paced_tokens or 0.0)
+    if tokens <= 0:
+        return {"sim_paced_tokens": 0.0}
+    late = (b.sim_late_tokens or 0.0) - (a.sim_late_tokens or 0.0)
+    lag = (b.sim_lag_token_s or 0.0) - (a.sim_lag_token_s or 0.0)
+    first = (b.sim_first_tokens or 0.0) - (a.sim_first_tokens or 0.0)
+    late_first = (b.sim_late_first_tokens or 0.0) - (a.sim_late_first_tokens or 0.0)
+    return {"sim_paced_tokens": tokens, "sim_late_share": late / tokens,
+            "sim_lag_mean_ms": 1e3 * lag / tokens,
+            "sim_late_first_share": late_first / first if first > 0 else None}

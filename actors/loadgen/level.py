@@ -33,6 +33,7 @@ from actors.loadgen.aggregate import (
     aggregate_level,
 )
 from actors.loadgen.client import build_body, stream_request
+from actors.loadgen.hostload import HostMeter
 from actors.loadgen.pool import PASS_SIZE, ConnectionPool, stream_request_lean
 from actors.loadgen.prompts import PromptFactory
 from actors.loadgen.proof import prove
@@ -259,17 +260,22 @@ class LevelRunner:
     # -- a level ----------------------------------------------------------------------------
     async def _sample_metrics(self, session: aiohttp.ClientSession,
                               samples: list[MetricsSample]) -> None:
+        t0 = time.perf_counter()
+        while True:
+            await self._sample_once(session, samples)
+            await asyncio.sleep(sample_interval(time.perf_counter() - t0))
+
+    async def _sample_once(self, session: aiohttp.ClientSession,
+                           samples: list[MetricsSample]) -> None:
         if self.parse_metrics is None:
             return
-        url = self.base_url + self.metrics_path
-        while True:
-            try:
-                async with session.get(url, headers=self.headers) as resp:
-                    text = await resp.text()
-                samples.append(self.parse_metrics(text, time.perf_counter()))
-            except (TimeoutError, aiohttp.ClientError):
-                pass
-            await asyncio.sleep(0.25)
+        try:
+            async with session.get(self.base_url + self.metrics_path,
+                                   headers=self.headers) as resp:
+                text = await resp.text()
+            samples.append(self.parse_metrics(text, time.perf_counter()))
+        except (TimeoutError, aiohttp.ClientError):
+            pass
 
     async def run_level(self, concurrency: int, level_index: int = 0) -> LevelResult:
         w = self.workload
@@ -278,6 +284,8 @@ class LevelRunner:
         samples: list[MetricsSample] = []
         t_wall = time.perf_counter()
         timed_out = False
+        meter = HostMeter()
+        meter.start()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as msession:
             sampler = asyncio.create_task(self._sample_metrics(msession, samples))
             work: Awaitable[object]
@@ -293,6 +301,9 @@ class LevelRunner:
                 timed_out = True
             finally:
                 sampler.cancel()
+            if not timed_out:  # the counters as the level ended (the sampler's last is stale)
+                await self._sample_once(msession, samples)
+        host_load = meter.stop()
         records = [r for o in outs for r in o.records]
         self.last_records = records  # kept for the per-request artifact
         if timed_out:
@@ -300,13 +311,15 @@ class LevelRunner:
                                reason=f"level deadline of {w.level_timeout_s:.0f} s "
                                       "passed (server hung?)",
                                errors={"level_timeout": 1}, time_scale=self.time_scale,
-                               requests=len(records), wall_s=time.perf_counter() - t_wall)
+                               requests=len(records), wall_s=time.perf_counter() - t_wall,
+                               host_load=host_load)
         broken = [o.error for o in outs if o.error]
         if broken:
             return LevelResult(concurrency=concurrency, status=LevelStatus.INVALID,
                                reason=f"client shard failed: {broken[0][:300]}",
                                errors={"client_error": len(broken)}, time_scale=self.time_scale,
-                               requests=len(records), wall_s=time.perf_counter() - t_wall)
+                               requests=len(records), wall_s=time.perf_counter() - t_wall,
+                               host_load=host_load)
         rounds = []
         for rnd in sorted({r for o in outs for r, _, _ in o.rounds}):
             spans = [(s, e) for o in outs for r, s, e in o.rounds if r == rnd]
@@ -319,7 +332,15 @@ class LevelRunner:
             events_json=sum(r.parsed_events for r in records if r.round >= 0))
         result = aggregate_level(concurrency, w, records, rounds, samples, health,
                                  self.time_scale, self.slo)
-        return result.model_copy(update={"wall_s": time.perf_counter() - t_wall})
+        return result.model_copy(update={"wall_s": time.perf_counter() - t_wall,
+                                          "host_load": host_load})
+
+
+def sample_interval(elapsed_s: float) -> float:
+    """Seconds to the next /metrics scrape of a level ``elapsed_s`` old: a tenth of its age
+    between 5 ms and 250 ms, so a level of any length gets about ten scrapes or more (a
+    sped-up sim's level can be over in 50 ms: one scrape at its start saw nothing run)."""
+    return min(0.25, max(0.005, elapsed_s / 10))
 
 
 def shard_main(init: dict[str, Any], concurrency: int, level: int, shard: int, shards: int,

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from actors.sim.pace import Pace
 from actors.sim.perf import MemoryPlan
 from actors.sim.scheduler import SimEngine
 
 __all__ = ["render_metrics"]
 
 
-def render_metrics(cfg, engine: SimEngine, mem: MemoryPlan, behind_s: float = 0.0) -> str:
+def render_metrics(cfg, engine: SimEngine, mem: MemoryPlan, behind_s: float = 0.0,
+                   pace: Pace | None = None) -> str:
+    pace = pace or Pace()
     lab = f'engine="0",model_name="{cfg.served_name}"'
     rows = [
         ("gauge", "vllm:num_requests_running", lab, len(engine.running)),
@@ -27,6 +30,13 @@ def render_metrics(cfg, engine: SimEngine, mem: MemoryPlan, behind_s: float = 0.
         ("gauge", "servesweep_sim_time_scale", "", cfg.time_scale),
         ("counter", "servesweep_sim_iterations_total", "", engine.iterations),
         ("counter", "servesweep_sim_behind_seconds_total", "", round(behind_s, 6)),
+        # the engine loop's punctuality (actors.sim.pace): tokens written by paced steps,
+        # those written late, and their summed lateness
+        ("counter", "servesweep_sim_paced_tokens_total", "", pace.tokens),
+        ("counter", "servesweep_sim_late_tokens_total", "", pace.late_tokens),
+        ("counter", "servesweep_sim_token_lag_seconds_total", "", round(pace.lag_token_s, 6)),
+        ("counter", "servesweep_sim_first_tokens_total", "", pace.first_tokens),
+        ("counter", "servesweep_sim_late_first_tokens_total", "", pace.late_first_tokens),
         ("gauge", "servesweep_sim_seconds", "", round(engine.now, 6)),
     ]
     out = []

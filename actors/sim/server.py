@@ -44,6 +44,7 @@ from aiohttp import web
 
 from actors.sim.config import SimServerConfig
 from actors.sim.metrics_text import render_metrics
+from actors.sim.pace import Pace
 from actors.sim.scheduler import Seq
 from actors.sim.startup_log import oom_lines, startup_lines, stats_line
 from actors.sim.stream import Sink, StreamSink, usage_json
@@ -68,8 +69,10 @@ class SimServer:
         self.finished_requests = 0
         self.requests_seen = 0
         self.behind_s = 0.0
+        self.pace = Pace()
         self._behind_logged = 0.0
         self._step_ends = 0.0
+        self._woken_at = time.monotonic()
         self._started = time.monotonic()
         self.trace: dict[str, list[float]] | None = {} if cfg.trace else None
         self.arrivals: dict[str, float] | None = {} if cfg.trace else None
@@ -91,12 +94,12 @@ class SimServer:
             if self.engine.idle or self.stalled:
                 self.wake.clear()
                 await self.wake.wait()
-                target = time.monotonic()
+                target = self._woken_at  # a loop that wakes late is late too
             out = self.engine.step()
             if out is None:  # nothing schedulable: wait for a change
                 self.wake.clear()
                 await self.wake.wait()
-                target = time.monotonic()
+                target = self._woken_at
                 continue
             target += out.duration * self.scale
             self._step_ends = target  # wall time the step just taken ends (sim: engine.now)
@@ -114,15 +117,21 @@ class SimServer:
                 self._flush()
                 await asyncio.sleep(0)
                 continue
-            if delay > 0:
-                await asyncio.sleep(delay)
-            else:
-                await asyncio.sleep(0)
-                if delay < -0.05:  # fell behind (overloaded host): do not burst to catch up
-                    self._behind(-delay)
-                    target = time.monotonic()
+            await asyncio.sleep(max(delay, 0.0))
             self._deliver(out)
             self._flush()
+            lag = time.monotonic() - target  # how late this step's tokens went out
+            self.pace.step(len(out.emitted), lag, out.duration * self.scale,
+                           sum(1 for q in out.emitted if q.generated == 1))
+            if lag > 0.05:  # fell behind (overloaded host): do not burst to catch up
+                self._behind(lag)
+                target = time.monotonic()
+
+    def _wake(self) -> None:
+        """Wake the engine loop; the first wake since it slept sets when it was due."""
+        if not self.wake.is_set():
+            self._woken_at = time.monotonic()
+        self.wake.set()
 
     def _sim_now(self) -> float:
         """Sim time now: inside the step being slept, ``engine.now`` (its end) less the
@@ -192,7 +201,7 @@ class SimServer:
             for name in (self.cfg.served_name, *self.cfg.aliases)]})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        text = render_metrics(self.cfg, self.engine, self.memory, self.behind_s)
+        text = render_metrics(self.cfg, self.engine, self.memory, self.behind_s, self.pace)
         return web.Response(text=text, content_type="text/plain")
 
     async def get_trace(self, request: web.Request) -> web.Response:
@@ -288,7 +297,7 @@ class SimServer:
         seq = self.engine.add(rid, plen, n_out, user=sink, arrival=self._sim_now(),
                               prompt_ids=prompt_ids)
         sink.seq = seq
-        self.wake.set()
+        self._wake()
         try:
             finished = await sink.done
             if resp is None:

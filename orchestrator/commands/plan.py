@@ -69,8 +69,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         overheads = learned(state_root())
         plist, total_s = predict_sweep(planned, spec, spec_shape(spec), overheads)
         preds = {p.key: p for p in plist}
+    pace = _host_pace(spec, planned, preds)
     if args.json:
-        out = {"spec": spec.name, "trials": [
+        out = {"spec": spec.name, "host_pace": pace, "trials": [
             {"key": p.config.key(), "label": p.config.label(), "feasible": p.feasible,
              "reason": p.reason, "config": p.config.model_dump(mode="json"),
              "prediction": (preds[p.config.key()].levels if p.config.key() in preds else None)}
@@ -112,4 +113,47 @@ def cmd_plan(args: argparse.Namespace) -> int:
                f"{o.per_trial_s:.1f} s per trial, report {o.report_s:.1f} s: {learnt})")
     elif not args.predict:
         _print("\n(add --predict for the performance model's numbers and the sweep's duration)")
+    if pace and pace["problems"]:
+        _print(_pace_line(pace, spec.sim.time_scale))
     return EXIT_OK
+
+
+def _host_pace(spec: Any, planned: list[Any], preds: dict[str, TrialPrediction]
+               ) -> dict[str, Any] | None:
+    """Whether this host keeps the sim's time scale at every sim level (None: no sim
+    trial, or the model's shape is unknown); see ``planning.host_pace``."""
+    from dataclasses import asdict
+
+    from actors.engines import get_adapter
+    from orchestrator.planning.host_pace import calibrate, check
+    from orchestrator.planning.plan import spec_shape
+
+    sims = [p for p in planned if p.feasible and get_adapter(p.config.engine).time_scaled]
+    shape = spec_shape(spec)
+    if not sims or shape is None or spec.sim.time_scale == 0 or spec.sim.hold_s:
+        return None
+    if not preds:
+        from orchestrator.planning.forecast import predict_trial
+
+        preds = {p.config.key(): predict_trial(p.config, spec, shape) for p in sims}
+    levels = [(p.config.label(), int(lv["concurrency"]), float(lv["itl_p50_ms"] or 0))
+              for p in sims if p.config.key() in preds
+              for lv in preds[p.config.key()].levels]
+    host = calibrate(shape, spec.hardware)
+    problems = check(host, spec.sim.time_scale, levels)
+    return {"host": asdict(host), "levels": len(levels),
+            "problems": [asdict(x) for x in problems],
+            "needed_time_scale": max((x.needed_scale for x in problems), default=None)}
+
+
+def _pace_line(pace: dict[str, Any], scale: float) -> str:
+    h, worst = pace["host"], max(pace["problems"], key=lambda x: x["needed_scale"])
+    need = pace["needed_time_scale"]
+    fix = (f"set sim.time_scale: {need:g} (or more), or run on an idle host" if need < 1 else
+           "even time_scale 1 is too fast here: run on an idle host")
+    return (f"\nwarning: this host may not keep sim.time_scale {scale:g} at "
+            f"{len(pace['problems'])} of {pace['levels']} level(s) ({h['cpus']} CPUs, load "
+            f"{h['load_1m']:.1f}, timers {h['timer_late_ms']:.2f} ms late): worst c="
+            f"{worst['concurrency']} of {worst['label']}, a {worst['step_ms']:.2f} ms step "
+            f"needs {worst['cost_ms']:.2f} ms here; {fix}. Levels that lag are flagged "
+            "sim_behind and cannot win.")

@@ -13,7 +13,7 @@ from actors.contracts.states import INVALID_LEVEL, FailureClass, LevelFlag, Tria
 from orchestrator.planning.capacity import LevelPrediction, check_observation
 
 __all__ = ["SERVER_GONE", "HUNG", "needs_check", "after_check", "after_observe",
-           "flag_queueing", "final_status", "Failure"]
+           "flag_queueing", "flag_sim_pace", "final_status", "Failure"]
 
 #: request errors that mean the server may be gone (check whether it is alive)
 SERVER_GONE = frozenset({"connect", "disconnect", "truncated"})
@@ -46,16 +46,36 @@ def after_observe(obs: Observation, levels: list[LevelResult]
     keep its time scale), a note for the trial, and a failure if the server exited."""
     note = ""
     behind = [e for e in obs.events if e.get("kind") == "sim_behind"]
-    if behind:  # the host could not keep the sim's pace: say so on every level
-        levels = [lv.model_copy(update={"flags": [*lv.flags, LevelFlag.SIM_BEHIND]})
-                  for lv in levels]
-        note = (f"sim fell {behind[-1]['seconds']:.1f} s behind its time scale; "
-                "raise sim.time_scale")
+    lagging = [lv for lv in levels if LevelFlag.SIM_BEHIND in lv.flags]
+    if behind or lagging:  # each level was judged on its own (``flag_sim_pace``)
+        lost = f"sim fell {behind[-1]['seconds']:.1f} s behind its time scale; " if behind else ""
+        note = (f"{lost}{len(lagging)} of {len(levels)} level(s) flagged sim_behind; "
+                "raise sim.time_scale or run on an idle host")
     failure = None
     if not obs.alive:
         failure = (FailureClass.CRASH_MID_RUN,
                    f"server exited with code {obs.returncode} after the last level")
     return levels, note, failure
+
+
+def flag_sim_pace(level: LevelResult, late_share_max: float) -> LevelResult:
+    """A level of a sim whose tokens, or whose requests' first tokens, went out late beyond
+    ``late_share_max`` (the spec's ``sim.late_share_max``) is flagged ``sim_behind``, with
+    the shares as its reason: its
+    numbers follow the host's load, not the model. Levels without the sim's counters
+    (a real engine, an old sim) are left as they are."""
+    s = level.server
+    tokens = s.sim_late_share is not None and s.sim_late_share > late_share_max
+    first = s.sim_late_first_share is not None and s.sim_late_first_share > late_share_max
+    if not (tokens or first):
+        return level
+    why = (f"sim behind its time scale: {100 * (s.sim_late_share or 0):.1f}% of "
+           f"{s.sim_paced_tokens or 0:.0f} tokens late, "
+           f"{100 * (s.sim_late_first_share or 0):.1f}% of first tokens "
+           f"(bound {100 * late_share_max:.0f}%), mean lag {s.sim_lag_mean_ms or 0:.1f} ms")
+    return level.model_copy(update={
+        "flags": [*level.flags, LevelFlag.SIM_BEHIND],
+        "reason": f"{level.reason}; {why}" if level.reason else why})
 
 
 def flag_queueing(level: LevelResult, prediction: LevelPrediction | None) -> LevelResult:

@@ -3,8 +3,9 @@
 The terms are the spec's (``orchestrator.spec.search``): a regime's value is the objective at
 its level, or the geometric mean over its levels; its ``violation`` is how far the worst
 level misses an SLO (``metric / limit - 1``, the largest over levels and limits: <= 0 meets
-every SLO, the sign Optuna's ``constraints_func`` expects). A level that is not valid gives
-the regime no value (the trial is a failure there, never a bad number). The same functions
+every SLO, the sign Optuna's ``constraints_func`` expects). A level that may not win (not
+valid, unverified, ``sim_behind``: ``planning.eligibility``) gives the regime no value (the
+trial is a failure there, never a bad number). The same functions
 score measured results and the performance model's predictions (``LevelMetrics`` alike).
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 from actors.contracts.config import TrialConfig
 from actors.contracts.results import LevelMetrics, TrialResult
+from orchestrator.planning.eligibility import may_win
 from orchestrator.spec import SLO, SweepSpec
 from orchestrator.spec.search import Objective
 
@@ -114,9 +116,8 @@ def trial_scores(result: TrialResult, spec: SweepSpec) -> dict[str, RegimeScore]
     """A measured trial's regime scores; a failed or invalid trial has none anywhere."""
     levels: dict[int, LevelMetrics | None] = {}
     if result.status.has_measurements():
-        for lv in result.levels:
-            ok = lv.status == "valid" and lv.metrics is not None and (
-                spec.workload.trust_usage or "unverified" not in lv.flags)
+        for lv in result.levels:  # SLOs are the search's constraints, not a filter here
+            ok = may_win(lv, trust_usage=spec.workload.trust_usage)
             levels[lv.concurrency] = lv.metrics if ok else None
     return score_levels(levels, result.config, spec)
 

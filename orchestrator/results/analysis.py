@@ -1,10 +1,10 @@
 """Winners per concurrency, crossovers and the Pareto front (pandas).
 
-Winner at a level: among valid levels that meet the spec's SLOs there, the
-config (identity: its engine settings) with the highest output tokens/s; a config the
+Winner at a level: among the levels that may win there (``planning.eligibility``: valid,
+verified unless ``workload.trust_usage``, not ``sim_behind``, meeting the spec's SLOs), the
+config (identity: its engine settings) with the best value of the objective; a config the
 space repeats (``repeat: N``, the server restarted each time) counts with the median of its
-repeats. A level flagged ``unverified`` (its output counted from the server's usage alone)
-cannot win unless ``trust_usage`` (the spec's ``workload.trust_usage``). The margin to the
+repeats. Where none may win, the note counts each reason with its fix. The margin to the
 runner-up is reported and called "within noise" when it is under the noise band: the
 spec's ``noise_band``, or the noise measured where it is larger (the spread between
 restarts of a repeated config, the spread of rounds on one warm server). A crossover is
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from actors.contracts.results import TrialResult
+from orchestrator.planning.eligibility import Ineligible, why_not
 from orchestrator.planning.regimes import level_objective
 from orchestrator.spec import SLO
 from orchestrator.spec.search import Objective
@@ -30,12 +31,15 @@ _METRICS = ("output_tok_s", "total_tok_s", "requests_s", "ttft_p50_ms", "ttft_p9
 
 
 def levels_frame(results: list[TrialResult], objective: Objective = Objective.OUTPUT_TOK_S,
-                 slo: SLO | None = None) -> pd.DataFrame:
+                 slo: SLO | None = None, trust_usage: bool = False) -> pd.DataFrame:
     """One row per (trial, concurrency) with status, flags and metrics; ``score`` is the
-    level's value of the spec's ``objective`` (``planning.regimes.level_objective``)."""
+    level's value of the spec's ``objective`` (``planning.regimes.level_objective``);
+    ``why_not`` the reasons it may not win (``planning.eligibility``, comma-joined; empty:
+    it may), judged against ``slo`` when one is given."""
     rows = []
     for r in results:
         for lv in r.levels:
+            why = ",".join(why_not(lv, trust_usage=trust_usage, slo=slo))
             first = r.config.model_copy(update={"repeat": 0})  # the config, not the restart
             row = {"key": r.key, "identity": r.config.identity(), "config": first.key(),
                    "label": first.label(),
@@ -43,7 +47,8 @@ def levels_frame(results: list[TrialResult], objective: Objective = Objective.OU
                    "profile": r.config.profile, "tp": r.config.tp, "trial_status": r.status.value,
                    "concurrency": lv.concurrency, "level_status": lv.status,
                    "flags": ",".join(lv.flags), "running_max": lv.server.running_max,
-                   "waiting_max": lv.server.waiting_max, "preemptions": lv.server.preemptions}
+                   "waiting_max": lv.server.waiting_max, "preemptions": lv.server.preemptions,
+                   "why_not": why}
             for m in _METRICS:
                 row[m] = getattr(lv.metrics, m) if lv.metrics else None
             row["score"] = (level_objective(lv.metrics, objective, r.config.tp, slo or SLO())
@@ -51,18 +56,8 @@ def levels_frame(results: list[TrialResult], objective: Objective = Objective.OU
             rows.append(row)
     cols = ["key", "identity", "config", "label", "engine", "profile", "tp", "trial_status",
             "concurrency", "level_status", "flags", "running_max", "waiting_max", "preemptions",
-            *_METRICS, "score"]
+            "why_not", *_METRICS, "score"]
     return pd.DataFrame(rows, columns=cols)
-
-
-def _meets_slo(df: pd.DataFrame, slo: SLO) -> pd.Series:
-    ok = pd.Series(True, index=df.index)
-    for field, col in (("ttft_p99_ms", "ttft_p99_ms"), ("itl_p99_ms", "itl_p99_ms"),
-                       ("e2e_p99_ms", "e2e_p99_ms")):
-        limit = getattr(slo, field)
-        if limit is not None:
-            ok &= df[col].notna() & (df[col] <= limit)
-    return ok
 
 
 @dataclass(frozen=True)
@@ -93,36 +88,22 @@ class Crossover:
     within_noise: bool = False  # a winner on either side leads by less than the band
 
 
-def _unverified(df: pd.DataFrame) -> pd.Series:
-    return df["flags"].map(lambda f: "unverified" in str(f).split(",")).astype(bool)
-
-
 def winners(results: list[TrialResult], slo: SLO, band: float = 0.05,
             trust_usage: bool = False,
             objective: Objective = Objective.OUTPUT_TOK_S) -> list[Winner]:
     """The winner at each level by ``objective`` (the spec's ``search.objective``), among
     valid levels meeting ``slo``; see the module doc."""
-    df = levels_frame(results, objective, slo)
+    df = levels_frame(results, objective, slo, trust_usage)
     out: list[Winner] = []
     if df.empty:
         return out
     for c in sorted(df["concurrency"].unique()):
-        at = df[(df["concurrency"] == c) & (df["level_status"] == "valid")
-                & df["output_tok_s"].notna()]
-        excluded = 0
-        if not trust_usage:
-            doubtful = _unverified(at)
-            excluded = int(doubtful.sum())
-            at = at[~doubtful]
-        eligible = _by_identity(at[_meets_slo(at, slo)]).sort_values("score",
-                                                                      ascending=False)
+        at = df[df["concurrency"] == c]
+        ok = at[at["why_not"] == ""]
+        eligible = _by_identity(ok).sort_values("score", ascending=False)
         if eligible.empty:
-            note = ("no valid level meets the SLO" if not at.empty else "no valid level")
-            if excluded:
-                note += (f" ({excluded} unverified level(s) excluded: set "
-                         "workload.trust_usage to let them win)")
             out.append(Winner(int(c), None, None, None, None, None, None, None, None, False,
-                              0, note))
+                              0, _no_winner_note(at)))
             continue
         best = eligible.iloc[0]
         runner = eligible.iloc[1] if len(eligible) > 1 else None
@@ -137,9 +118,42 @@ def winners(results: list[TrialResult], slo: SLO, band: float = 0.05,
             ttft_p99_ms=_f(best["ttft_p99_ms"]), itl_p50_ms=_f(best["itl_p50_ms"]),
             runner_up=None if runner is None else str(runner["label"]), margin=margin,
             within_noise=bool(margin is not None and margin < noise), candidates=len(eligible),
-            note=str(best["flags"]), noise_band=noise, repeats=int(best["repeats"]),
+            note=_join(str(best["flags"]), _excluded_note(at)), noise_band=noise,
+            repeats=int(best["repeats"]),
             objective=objective.value, score=_f(best["score"])))
     return out
+
+
+#: reasons that say the measurement, not the config, fell short: a winner beside such
+#: levels is named with how many were left out (an SLO miss or an invalid level is a result)
+_UNMEASURED = (Ineligible.SIM_BEHIND, Ineligible.UNVERIFIED)
+
+
+def _excluded_note(at: pd.DataFrame) -> str:
+    """"N level(s) left out: sim_behind (fix)" for the levels at one concurrency that
+    could not be ranked because their measurement fell short."""
+    parts = []
+    for reason in _UNMEASURED:
+        n = int(at["why_not"].map(lambda w, r=reason: r.value in str(w).split(",")).sum())
+        if n:
+            parts.append(f"{n} level(s) left out: {reason.value} ({reason.hint()})")
+    return "; ".join(parts)
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def _no_winner_note(at: pd.DataFrame) -> str:
+    """Why no level at one concurrency may win: each reason with its count and its fix."""
+    counts: dict[Ineligible, int] = {}
+    for why in at["why_not"]:
+        for reason in filter(None, str(why).split(",")):
+            counts[Ineligible(reason)] = counts.get(Ineligible(reason), 0) + 1
+    if not counts:
+        return "no level measured"
+    parts = [f"{n} {reason.value} ({reason.hint()})" for reason, n in counts.items()]
+    return "no level may win: " + "; ".join(parts)
 
 
 def _by_identity(df: pd.DataFrame) -> pd.DataFrame:
@@ -177,9 +191,11 @@ def crossovers(ws: list[Winner]) -> list[Crossover]:
 
 
 def pareto_front(results: list[TrialResult], concurrency: int) -> pd.DataFrame:
-    """Valid levels at ``concurrency`` not beaten on both throughput and TTFT p99."""
+    """Levels at ``concurrency`` that may win (``planning.eligibility``, SLOs aside: the
+    front shows the trade-off) not beaten on both throughput and TTFT p99."""
     df = levels_frame(results)
-    at = df[(df["concurrency"] == concurrency) & (df["level_status"] == "valid")]
+    at = df[(df["concurrency"] == concurrency)
+            & df["why_not"].map(lambda w: set(str(w).split(",")) <= {"", "unverified"})]
     at = at.dropna(subset=["output_tok_s", "ttft_p99_ms"])
     keep = []
     for i, row in at.iterrows():

@@ -63,15 +63,9 @@ def regime_dir(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "regime"
 
 
-def _eligible(df: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame:
-    ok = (df["level_status"] == "valid") & df["output_tok_s"].notna()
-    if not spec.workload.trust_usage:
-        ok &= ~df["flags"].map(lambda f: "unverified" in str(f).split(",")).astype(bool)
-    for col in ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms"):
-        limit = getattr(spec.slo, col, None)
-        if limit is not None:
-            ok &= df[col].notna() & (df[col] <= limit)
-    return df[ok]
+def _eligible(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows that may win (``levels_frame``'s ``why_not`` empty: planning.eligibility)."""
+    return df[(df["why_not"] == "") & df["output_tok_s"].notna()]
 
 
 def _per_level(df: pd.DataFrame, key: str, levels: list[int]) -> dict[int, dict[str, Any]]:
@@ -84,7 +78,7 @@ def regime_winners(spec: SweepSpec, results: list[TrialResult]) -> list[RegimeWi
     band = spec.workload.noise_band
     ws = {w.concurrency: w for w in winners(results, spec.slo, band, spec.workload.trust_usage,
                                             spec.search.objective)}
-    df = levels_frame(results)
+    df = levels_frame(results, spec.search.objective, spec.slo, spec.workload.trust_usage)
     out = []
     for name, levels in regimes_of(spec).items():
         if len(levels) == 1:
@@ -97,7 +91,7 @@ def regime_winners(spec: SweepSpec, results: list[TrialResult]) -> list[RegimeWi
                                     _per_level(df, w.key, levels), w.runner_up, w.margin,
                                     w.within_noise, w.noise_band, w.note))
             continue
-        rf = regime_frame(_eligible(df, spec), levels).sort_values("output_tok_s",
+        rf = regime_frame(_eligible(df), levels).sort_values("output_tok_s",
                                                                     ascending=False)
         if rf.empty:
             out.append(RegimeWinner(name, levels, None, None, None,

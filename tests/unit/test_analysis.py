@@ -38,7 +38,10 @@ def test_invalid_levels_and_slo_exclude_candidates():
         update={"key": "c", "config": TrialConfig(engine="sim", profile="vllm", tp=2)})
     ws = winners([a, b, c], SLO(ttft_p99_ms=1000), band=0.05)
     assert ws[0].key == "c" and ws[0].candidates == 1
-    assert winners([a], SLO(), 0.05)[0].note == "no valid level"
+    assert winners([a], SLO(), 0.05)[0].note == ("no level may win: 1 invalid "
+                                                 "(see the level's reason)")
+    note = winners([b], SLO(ttft_p99_ms=1000), 0.05)[0].note
+    assert note == "no level may win: 1 slo (misses a limit of the spec's slo)"
 
 
 def test_pareto_front_drops_dominated():

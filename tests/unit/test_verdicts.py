@@ -36,11 +36,24 @@ def test_after_a_check_a_dead_server_crashed_a_stalled_one_hung_else_go_on():
     assert verdicts.after_check(Observation(alive=True), gone) is None
 
 
-def test_after_the_last_level_sim_behind_flags_every_level_and_an_exit_fails():
-    levels = [level(1), level(4)]
+def test_sim_behind_is_judged_per_level_against_the_bound():
+    on_time = level(1, sim_paced_tokens=1000, sim_late_share=0.01, sim_lag_mean_ms=0.4)
+    late = level(4, sim_paced_tokens=1000, sim_late_share=0.30, sim_lag_mean_ms=9.0)
+    real_engine = level(16)  # no sim counters: nothing to judge
+    assert verdicts.flag_sim_pace(on_time, 0.05).flags == []
+    flagged = verdicts.flag_sim_pace(late, 0.05)
+    assert flagged.flags == [LevelFlag.SIM_BEHIND]
+    assert "30.0% of 1000 tokens late, 0.0% of first tokens (bound 5%)" in flagged.reason
+    assert verdicts.flag_sim_pace(late, 0.5).flags == []  # a looser bound lets it pass
+    assert verdicts.flag_sim_pace(real_engine, 0.0).flags == []
+
+
+def test_after_the_last_level_the_note_counts_lagging_levels_and_an_exit_fails():
+    levels = [level(1), verdicts.flag_sim_pace(level(4, sim_late_share=0.5), 0.05)]
     obs = Observation(alive=True, events=[{"kind": "sim_behind", "seconds": 2.5}])
     out, note, failure = verdicts.after_observe(obs, levels)
-    assert all(LevelFlag.SIM_BEHIND in lv.flags for lv in out) and "2.5 s behind" in note
+    assert [lv.flags for lv in out] == [[], [LevelFlag.SIM_BEHIND]]  # only the late one
+    assert "2.5 s behind" in note and "1 of 2 level(s) flagged sim_behind" in note
     assert failure is None
     _, _, failure = verdicts.after_observe(Observation(alive=False, returncode=1), levels)
     assert failure[0] is FailureClass.CRASH_MID_RUN

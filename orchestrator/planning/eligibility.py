@@ -1,0 +1,86 @@
+"""Who may win: the one rule that decides whether a measured level can rank.
+
+Every place that ranks levels asks ``why_not``: the winners per level and per regime
+(``results.analysis``, ``results.export``), the search's scores (``planning.regimes``,
+which every sampler and the guided search read) and the report (which prints the
+reasons). A level may win only when ``why_not`` returns nothing; otherwise the reasons
+say why, in the order they are checked:
+
+- ``invalid``: the level is not valid (errors, counts not proven, hold mode);
+- ``no_metrics``: nothing was measured;
+- ``unverified``: counted from the server's usage alone, unless the spec trusts usage
+  (``workload.trust_usage``);
+- ``sim_behind``: the sim could not keep its time scale on this host, so its numbers
+  follow the host's load rather than the model (``actors.sim.pace``);
+- ``slo``: a limit of the spec's SLO is missed there (judged only when an SLO is given:
+  the search treats SLOs as Optuna constraints instead, so it passes none).
+"""
+
+from __future__ import annotations
+
+import enum
+
+from actors.contracts.results import LevelMetrics, LevelResult
+from actors.contracts.slo import SLO
+from actors.contracts.states import LevelFlag, LevelStatus
+
+__all__ = ["Ineligible", "why_not", "may_win", "slo_misses"]
+
+_SLO_FIELDS = ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms")
+
+
+class Ineligible(enum.StrEnum):
+    """Why a measured level cannot win (see the module doc)."""
+
+    INVALID = "invalid"
+    NO_METRICS = "no_metrics"
+    UNVERIFIED = "unverified"
+    SIM_BEHIND = "sim_behind"
+    SLO = "slo"
+
+    def hint(self) -> str:
+        """What a user can do about it."""
+        return _HINTS[self]
+
+
+_HINTS = {
+    Ineligible.INVALID: "see the level's reason",
+    Ineligible.NO_METRICS: "nothing was measured",
+    Ineligible.UNVERIFIED: "set workload.trust_usage to let usage-only counts win",
+    Ineligible.SIM_BEHIND: "raise sim.time_scale, or run on an idle host",
+    Ineligible.SLO: "misses a limit of the spec's slo",
+}
+
+
+def slo_misses(metrics: LevelMetrics, slo: SLO) -> list[str]:
+    """The SLO limits the level's percentiles miss (a missing percentile misses)."""
+    out = []
+    for name in _SLO_FIELDS:
+        limit = getattr(slo, name)
+        if limit is None:
+            continue
+        value = getattr(metrics, name)
+        if value is None or value > limit:
+            out.append(name)
+    return out
+
+
+def why_not(level: LevelResult, *, trust_usage: bool = False,
+            slo: SLO | None = None) -> list[Ineligible]:
+    """Every reason ``level`` may not win; empty: it may."""
+    reasons: list[Ineligible] = []
+    if level.status != LevelStatus.VALID:
+        reasons.append(Ineligible.INVALID)
+    if level.metrics is None:
+        reasons.append(Ineligible.NO_METRICS)
+    if LevelFlag.UNVERIFIED in level.flags and not trust_usage:
+        reasons.append(Ineligible.UNVERIFIED)
+    if LevelFlag.SIM_BEHIND in level.flags:
+        reasons.append(Ineligible.SIM_BEHIND)
+    if slo is not None and level.metrics is not None and slo_misses(level.metrics, slo):
+        reasons.append(Ineligible.SLO)
+    return reasons
+
+
+def may_win(level: LevelResult, *, trust_usage: bool = False, slo: SLO | None = None) -> bool:
+    return not why_not(level, trust_usage=trust_usage, slo=slo)
