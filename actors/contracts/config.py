@@ -200,6 +200,9 @@ class SimOptions(Frozen):
     #: tokens went out late (``actors.sim.pace``: past their step's due time by more than
     #: the step, or 2 ms) is flagged ``sim_behind`` and cannot win
     late_share_max: float = Field(default=0.10, ge=0, le=1)
+    #: and a level in which the sim lost more than this share of its wall time to stalls
+    #: it could not make up (its throughput understated by as much)
+    lost_share_max: float = Field(default=0.02, ge=0, le=1)
 
     @field_validator("profiles")
     @classmethod

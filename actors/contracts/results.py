@@ -73,6 +73,9 @@ class ServerObservation(_M):
     sim_late_share: float | None = None
     sim_lag_mean_ms: float | None = None
     sim_late_first_share: float | None = None
+    #: share of the level's wall time the sim lost to stalls it could not make up (a step
+    #: more than 50 ms late restarts its schedule: the time is gone from its throughput)
+    sim_lost_share: float | None = None
 
 
 class HostLoad(_M):

@@ -124,6 +124,7 @@ class MetricsSample:
     sim_lag_token_s: float | None = None
     sim_first_tokens: float | None = None
     sim_late_first_tokens: float | None = None
+    sim_behind_s: float | None = None  # wall time lost to stalls past 50 ms (never made up)
 
 
 def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -51,7 +51,7 @@ _HEADER = re.compile(r"servesweep-sim (?P<version>\S+): profile=(?P<profile>\w+)
                      r"weights=(?P<weights>\w+) kv_dtype=(?P<kv_dtype>\w+) "
                      r"cuda_graphs=(?P<cuda_graphs>True|False) time_scale=(?P<time_scale>[\d.e-]+)")
 _PACE = re.compile(r"^servesweep_sim_(paced_tokens|late_tokens|token_lag_seconds|first_tokens|"
-                   r"late_first_tokens)_total "
+                   r"late_first_tokens|behind_seconds)_total "
                    r"(\S+)$", re.M)
 _BEHIND = re.compile(r"sim: engine loop behind real time by (?P<seconds>[\d.]+) s")
 _POOL = re.compile(r"sim: KV pool (?P<blocks>\d+) blocks of (?P<block_size>\d+) tokens")
@@ -214,7 +214,8 @@ class SimAdapter(EngineAdapter):
             sim_late_tokens=_num(found.get("late_tokens")),
             sim_lag_token_s=_num(found.get("token_lag_seconds")),
             sim_first_tokens=_num(found.get("first_tokens")),
-            sim_late_first_tokens=_num(found.get("late_first_tokens")))
+            sim_late_first_tokens=_num(found.get("late_first_tokens")),
+            sim_behind_s=_num(found.get("behind_seconds")))
 
     def applied(self, events: list[LogEvent]) -> AppliedConfig:
         applied = applied_from_events(events)

@@ -275,6 +275,9 @@ def _pace(samples: list[MetricsSample]) -> dict[str, float | None]:
     lag = (b.sim_lag_token_s or 0.0) - (a.sim_lag_token_s or 0.0)
     first = (b.sim_first_tokens or 0.0) - (a.sim_first_tokens or 0.0)
     late_first = (b.sim_late_first_tokens or 0.0) - (a.sim_late_first_tokens or 0.0)
+    lost = (b.sim_behind_s or 0.0) - (a.sim_behind_s or 0.0)
+    wall = b.t - a.t
     return {"sim_paced_tokens": tokens, "sim_late_share": late / tokens,
             "sim_lag_mean_ms": 1e3 * lag / tokens,
-            "sim_late_first_share": late_first / first if first > 0 else None}
+            "sim_late_first_share": late_first / first if first > 0 else None,
+            "sim_lost_share": lost / wall if wall > 0 else None}

@@ -197,7 +197,8 @@ class TrialExecution:
 
     def _after_level(self, measured: LevelResult) -> Any:
         level = verdicts.flag_queueing(measured, self._prediction(measured))
-        level = verdicts.flag_sim_pace(level, self.spec.sim.late_share_max)
+        level = verdicts.flag_sim_pace(level, self.spec.sim.late_share_max,
+                                       self.spec.sim.lost_share_max)
         self.levels.append(level)
         self.level_i += 1
         self.on_event("level", {"key": self.key, "level": level})

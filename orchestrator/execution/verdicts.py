@@ -58,21 +58,26 @@ def after_observe(obs: Observation, levels: list[LevelResult]
     return levels, note, failure
 
 
-def flag_sim_pace(level: LevelResult, late_share_max: float) -> LevelResult:
+def flag_sim_pace(level: LevelResult, late_share_max: float,
+                  lost_share_max: float = 0.02) -> LevelResult:
     """A level of a sim whose tokens, or whose requests' first tokens, went out late beyond
-    ``late_share_max`` (the spec's ``sim.late_share_max``) is flagged ``sim_behind``, with
-    the shares as its reason: its
+    ``late_share_max`` (the spec's ``sim.late_share_max``), or that lost more than
+    ``lost_share_max`` of its wall time to stalls, is flagged ``sim_behind``, with the
+    shares as its reason: its
     numbers follow the host's load, not the model. Levels without the sim's counters
     (a real engine, an old sim) are left as they are."""
     s = level.server
     tokens = s.sim_late_share is not None and s.sim_late_share > late_share_max
     first = s.sim_late_first_share is not None and s.sim_late_first_share > late_share_max
-    if not (tokens or first):
+    lost = s.sim_lost_share is not None and s.sim_lost_share > lost_share_max
+    if not (tokens or first or lost):
         return level
     why = (f"sim behind its time scale: {100 * (s.sim_late_share or 0):.1f}% of "
            f"{s.sim_paced_tokens or 0:.0f} tokens late, "
            f"{100 * (s.sim_late_first_share or 0):.1f}% of first tokens "
-           f"(bound {100 * late_share_max:.0f}%), mean lag {s.sim_lag_mean_ms or 0:.1f} ms")
+           f"(bound {100 * late_share_max:.0f}%), mean lag {s.sim_lag_mean_ms or 0:.1f} ms, "
+           f"{100 * (s.sim_lost_share or 0):.1f}% of the time lost "
+           f"(bound {100 * lost_share_max:.0f}%)")
     return level.model_copy(update={
         "flags": [*level.flags, LevelFlag.SIM_BEHIND],
         "reason": f"{level.reason}; {why}" if level.reason else why})

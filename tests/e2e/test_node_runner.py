@@ -56,9 +56,25 @@ def _tree(pid: int) -> list[int]:
 
 
 def _lose_node(node: Path, sweep_id: str) -> None:
-    """What a lost node does to a sweep: every process of it gone at once, no signal handled."""
+    """What a lost node does to a sweep: every process of it gone at once, no signal handled.
+
+    A node vanishes in an instant; killing its processes one by one does not, and a host
+    actor could start an engine between a snapshot of the processes and the kill (CI saw
+    one survive). So every process is frozen first (SIGSTOP: a stopped process starts
+    nothing), the snapshot retaken until it holds no new one, and only then all killed."""
     job = int((node / "job" / "job.pid").read_text())
-    victims = set(_tree(job)) | {pid for pid, _, _ in marked_processes(f"{sweep_id}/")}
+    victims: set[int] = set()
+    for _ in range(50):
+        now = set(_tree(job)) | {pid for pid, _, _ in marked_processes(f"{sweep_id}/")}
+        new = now - victims
+        if not new:
+            break
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        victims |= new
     for pid in victims:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -44,6 +44,9 @@ def test_sim_behind_is_judged_per_level_against_the_bound():
     flagged = verdicts.flag_sim_pace(late, 0.05)
     assert flagged.flags == [LevelFlag.SIM_BEHIND]
     assert "30.0% of 1000 tokens late, 0.0% of first tokens (bound 5%)" in flagged.reason
+    lost = level(8, sim_paced_tokens=1000, sim_late_share=0.0, sim_lost_share=0.05)
+    assert verdicts.flag_sim_pace(lost, 0.05).flags == [LevelFlag.SIM_BEHIND]  # 5% > 2%
+    assert verdicts.flag_sim_pace(lost, 0.05, lost_share_max=0.1).flags == []
     assert verdicts.flag_sim_pace(late, 0.5).flags == []  # a looser bound lets it pass
     assert verdicts.flag_sim_pace(real_engine, 0.0).flags == []
 
