@@ -37,6 +37,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from orchestrator.spec import load_spec
 
     ledger = Ledger.open(args.sweep)
+    ledger.check_spec()  # an edited spec.yaml is refused, naming what changed
     spec = load_spec(ledger.dir / "spec.yaml")
     report = write_report(spec, ledger)
     if args.json:

@@ -72,17 +72,22 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from actors.procs import reap
     from orchestrator.execution.runner import execute
     from orchestrator.planning.plan import plan_sweep
-    from orchestrator.results.ledger import Ledger, state_root
+    from orchestrator.results.ledger import QUARANTINE, Ledger, state_root
     from orchestrator.results.tracking import Tracker
     from orchestrator.spec import load_spec
 
     ledger = Ledger.open(args.sweep)
+    ledger.check_spec()  # an edited spec.yaml is refused, naming what changed
     spec = load_spec(ledger.dir / "spec.yaml")
     # refused at once while the sweep's driver lives: its engines are never touched
     with DriverLock(ledger.dir).acquire("resume"):
         left = reap(f"{ledger.sweep_id}/")
         if left:
             _print(f"stopped {len(left)} engine process(es) left by the earlier driver")
+        for d in ledger.quarantine():  # damaged lines move aside; their trials run again
+            what = (f"trial {d.lost_trial}'s result was lost: it runs again"
+                    if d.lost_trial else "nothing final was lost")
+            _print(f"ledger {d.describe()}; moved to {ledger.dir / QUARANTINE}; {what}")
         done = set(ledger.results())
         planned = plan_sweep(spec)
         todo = sum(1 for p in planned if p.feasible and p.config.key() not in done)

@@ -66,6 +66,7 @@ def sync_sweep(ledger: Ledger) -> str:
     from orchestrator.results.tracking import Tracker, describe_error
     from orchestrator.spec import load_spec
 
+    ledger.check_spec()
     spec = load_spec(ledger.dir / "spec.yaml")
     tracker = Tracker(state_root())
     try:

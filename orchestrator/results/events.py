@@ -17,7 +17,7 @@ from actors.contracts.results import TrialResult
 from actors.contracts.states import FailureClass, TrialStatus
 
 __all__ = ["EventKind", "Scheduled", "Started", "TrialRecorded", "Interrupted", "Reaped",
-           "DriverStarted", "AttemptFailed", "LedgerEvent", "parse_event"]
+           "DriverStarted", "AttemptFailed", "SweepCreated", "LedgerEvent", "parse_event"]
 
 
 class EventKind(enum.StrEnum):
@@ -28,6 +28,7 @@ class EventKind(enum.StrEnum):
     REAPED = "reaped"  # a later driver stopped what a dead one left running
     DRIVER = "driver"  # a driver took the sweep
     ATTEMPT = "attempt"  # a trial's attempt failed for a transient reason: it runs again
+    SWEEP = "sweep"  # the sweep was created from this spec (its first line)
 
 
 class _Event(BaseModel):
@@ -98,6 +99,16 @@ class AttemptFailed(_Event):
     host: dict[str, Any] = Field(default_factory=dict)  # where it ran (node id, host)
 
 
+class SweepCreated(_Event):
+    """The spec the sweep was created from: its digest (of ``spec.yaml``'s bytes) and its
+    parsed content, so a later ``resume``/``sync``/``report`` can tell that ``spec.yaml``
+    was edited, and which fields changed (``Ledger.check_spec``)."""
+
+    type: Literal[EventKind.SWEEP] = EventKind.SWEEP
+    spec_sha256: str
+    spec: dict[str, Any] = Field(default_factory=dict)
+
+
 class DriverStarted(_Event):
     type: Literal[EventKind.DRIVER] = EventKind.DRIVER
     pid: int
@@ -105,7 +116,8 @@ class DriverStarted(_Event):
 
 
 LedgerEvent = Annotated[Scheduled | Started | TrialRecorded | Interrupted | Reaped
-                        | DriverStarted | AttemptFailed, Field(discriminator="type")]
+                        | DriverStarted | AttemptFailed | SweepCreated,
+                        Field(discriminator="type")]
 _ADAPTER: TypeAdapter[LedgerEvent] = TypeAdapter(LedgerEvent)
 
 

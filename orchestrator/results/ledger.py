@@ -9,22 +9,27 @@ Layout under the state root (``mlruns/`` by default, ``SERVESWEEP_HOME`` overrid
     sweeps/LATEST                    the id of the newest sweep
 
 Only the driver writes a sweep's ledger. Every line is one ``LedgerEvent``
-(``results.events``: a union discriminated on ``type``). A trial is final once a
-``trial`` event with a finished status is written; MLflow and Optuna are views
-rebuilt from it. A torn last line (a crash mid-write) is ignored when reading and
-ended before the next append, so that append is never glued onto it; a whole line
-that is not a known event is an error naming the line.
+(``results.events``: a union discriminated on ``type``), sealed with a checksum of itself
+(``results.ledger_lines``). A trial is final once a ``trial`` event with a finished status
+is written; MLflow and Optuna are views rebuilt from it. A torn last line (a crash
+mid-write) is ignored when reading and ended before the next append, so that append is
+never glued onto it; a damaged line (bad JSON, a checksum that does not match) is
+reported on every read that meets it and moved to ``ledger.quarantine.jsonl`` by the next
+``resume``; a sealed line that is not a known event is an error naming the line.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from actors.contracts.results import TrialResult
@@ -34,11 +39,26 @@ from orchestrator.results.events import (
     EventKind,
     LedgerEvent,
     Started,
+    SweepCreated,
     TrialRecorded,
     parse_event,
 )
+from orchestrator.results.ledger_lines import Damage, scan, seal
 
-__all__ = ["Ledger", "state_root", "new_sweep_id", "atomic_write"]
+__all__ = ["Ledger", "state_root", "new_sweep_id", "atomic_write", "QUARANTINE", "SpecChanged",
+           "spec_diff"]
+
+#: where ``Ledger.quarantine`` moves damaged lines, beside the ledger
+QUARANTINE = "ledger.quarantine.jsonl"
+_said: set[tuple[str, str]] = set()
+
+
+def _warn(text: str) -> None:
+    """Say it on stderr, once per process (a command reads a ledger several times)."""
+    key = (text, "")
+    if key not in _said:
+        _said.add(key)
+        print(text, file=sys.stderr, flush=True)
 
 
 def state_root() -> Path:
@@ -48,6 +68,41 @@ def state_root() -> Path:
 
 def new_sweep_id(name: str) -> str:
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+class SpecChanged(UsageError):
+    """The sweep folder's spec.yaml no longer matches the spec the sweep ran with."""
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _as_dict(text: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return {"<unparsable>": text[:200]}
+    return data if isinstance(data, dict) else {"<not a mapping>": str(data)[:200]}
+
+
+def spec_diff(a: Any, b: Any, path: str = "") -> list[str]:
+    """The paths (``workload.concurrency``, ``space[0].tp``) where ``a`` and ``b`` differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in list(a) + [k for k in b if k not in a]:
+            sub = f"{path}.{k}" if path else str(k)
+            if k not in b:
+                out.append(f"{sub} (removed)")
+            elif k not in a:
+                out.append(f"{sub} (added)")
+            else:
+                out += spec_diff(a[k], b[k], sub)
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and \
+            all(isinstance(x, dict) for x in a + b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in spec_diff(x, y, f"{path}[{i}]")]
+    return [] if a == b else [path or "(the whole spec)"]
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -61,6 +116,7 @@ def atomic_write(path: Path, text: str) -> None:
 
 class Ledger:
     def __init__(self, sweep_dir: Path):
+        self.damage: list[Damage] = []  # the damaged lines the last read met
         self.dir = sweep_dir
         self.sweep_id = sweep_dir.name
         self.path = sweep_dir / "ledger.jsonl"
@@ -73,8 +129,11 @@ class Ledger:
         sweep_dir = sweeps / new_sweep_id(name)
         (sweep_dir / "trials").mkdir(parents=True)
         (sweep_dir / "spec.yaml").write_text(spec_text)
+        ledger = cls(sweep_dir)
+        ledger.append(SweepCreated(spec_sha256=_sha256(spec_text.encode()),
+                                   spec=_as_dict(spec_text)))
         atomic_write(sweeps / "LATEST", sweep_dir.name + "\n")
-        return cls(sweep_dir)
+        return ledger
 
     @classmethod
     def open(cls, ref: str, root: Path | None = None) -> Ledger:
@@ -99,16 +158,32 @@ class Ledger:
 
     # -- writing ----------------------------------------------------------------------------
     def append(self, event: LedgerEvent) -> None:
-        line = event.model_dump_json() + "\n"
+        line = seal(event.model_dump_json()) + "\n"
         with open(self.path, "ab+") as f:
             f.seek(0, os.SEEK_END)
-            if f.tell():  # a torn last line (a crash mid-write) is ended, not glued onto
-                f.seek(-1, os.SEEK_END)
-                if f.read(1) != b"\n":
-                    line = "\n" + line
+            end = f.tell()
+            if end:  # a torn last line (a crash mid-write) is moved aside, not glued onto
+                f.seek(0)
+                data = f.read()
+                if not data.endswith(b"\n"):
+                    start = data.rfind(b"\n") + 1
+                    self._set_aside(data[start:].decode(errors="replace"),
+                                    data.count(b"\n") + 1)
+                    f.truncate(start)
+                f.seek(0, os.SEEK_END)
             f.write(line.encode())
             f.flush()
             os.fsync(f.fileno())
+
+    def _set_aside(self, torn: str, line: int) -> None:
+        """Keep a torn last line's bytes in the quarantine file before the ledger drops
+        them (they never counted: a write a crash cut short)."""
+        with open(self.dir / QUARANTINE, "a") as q:
+            q.write(json.dumps({"line": line, "why": "torn by a crash mid-write",
+                                "kind": None, "key": None, "text": torn[:4000],
+                                "moved_at": time.time()}) + "\n")
+            q.flush()
+            os.fsync(q.fileno())
 
     def record_result(self, result: TrialResult) -> TrialRecorded:
         event = TrialRecorded(key=result.key, status=result.status, result=result)
@@ -125,23 +200,60 @@ class Ledger:
 
     # -- reading ----------------------------------------------------------------------------
     def events(self) -> list[LedgerEvent]:
-        """Every event in order. A torn line (not JSON: a crash mid-write) never counted;
-        a JSON line that is no known event raises ``ServesweepError`` naming it."""
+        """Every good event in order. A torn last line (a crash mid-write) never counted; a
+        damaged line (``ledger_lines``) is left out and reported on stderr, with what it
+        held, every time a read meets it (``damage`` lists them); a sealed JSON line that
+        is no known event raises ``ServesweepError`` naming it (a newer servesweep's)."""
         if not self.path.is_file():
             return []
         out = []
-        for n, line in enumerate(self.path.read_text().splitlines(), 1):
+        self.damage = []
+        for n, body, damage, _torn in scan(self.path.read_text()):
+            if damage is not None:
+                self.damage.append(damage)
+                continue
+            if body is None:
+                continue
             try:
-                json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn write from a crash: the line never counted
-            try:
-                out.append(parse_event(line))
+                out.append(parse_event(body))
             except ValidationError as err:
                 raise ServesweepError(f"{self.path}:{n}: not a ledger event this servesweep "
                                       f"knows: {err.errors()[0]['msg']} at "
                                       f"{'.'.join(map(str, err.errors()[0]['loc']))}") from None
+        self._say_damage()
         return out
+
+    def _say_damage(self) -> None:
+        for d in self.damage:
+            _warn(f"warning: {self.path}: {d.describe()}; left out of this read"
+                  + (f" (trial {d.lost_trial} has no final result: `resume` runs it again)"
+                     if d.lost_trial else "")
+                  + f"; `servesweep resume {self.sweep_id}` moves it to {QUARANTINE}")
+        q = self.dir / QUARANTINE
+        if q.is_file() and q.stat().st_size:
+            n = sum(1 for _ in q.open())
+            _warn(f"warning: {self.path}: {n} damaged line(s) were moved to {q} earlier")
+
+    def quarantine(self) -> list[Damage]:
+        """Move every damaged line to ``ledger.quarantine.jsonl`` (with its number and why)
+        and rewrite the ledger without them, atomically. Only the sweep's driver (holding
+        its lock) calls this. Returns what was moved."""
+        self.events()
+        moved = list(self.damage)
+        if not moved:
+            return []
+        bad = {d.line for d in moved}
+        text = self.path.read_text()
+        keep = [line for n, line in enumerate(text.split("\n"), 1) if n not in bad]
+        with open(self.dir / QUARANTINE, "a") as f:
+            for d in moved:
+                f.write(json.dumps({"line": d.line, "why": d.why, "kind": d.kind, "key": d.key,
+                                    "text": d.text, "moved_at": time.time()}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        atomic_write(self.path, "\n".join(keep))
+        self.damage = []
+        return moved
 
     def results(self) -> dict[str, TrialResult]:
         """The latest final result of each trial, in the order trials were first recorded."""
@@ -164,11 +276,10 @@ class Ledger:
         if not self.path.is_file():
             return []
         open_: dict[str, list[Started]] = {}
-        for line in self.path.read_text().splitlines():
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError:
+        for _n, line, _damage, _torn in scan(self.path.read_text()):
+            if line is None:  # damaged lines are reported by events(), not trusted here
                 continue
+            raw = json.loads(line)
             kind = raw.get("type") if isinstance(raw, dict) else None
             if kind == EventKind.STARTED:
                 ev = parse_event(line)
@@ -182,3 +293,21 @@ class Ledger:
 
     def spec_text(self) -> str:
         return (self.dir / "spec.yaml").read_text()
+
+    def check_spec(self) -> None:
+        """Refuse (``SpecChanged``, exit 2) a sweep whose ``spec.yaml`` is not the spec it
+        was created from, naming the fields that changed. Sweeps written before the
+        spec's record (no ``sweep`` event) are not checked."""
+        created = next((ev for ev in self.events() if isinstance(ev, SweepCreated)), None)
+        if created is None:
+            return
+        now = (self.dir / "spec.yaml").read_bytes()
+        if _sha256(now) == created.spec_sha256:
+            return
+        changed = spec_diff(created.spec, _as_dict(now.decode(errors="replace")))
+        raise SpecChanged(
+            f"{self.dir / 'spec.yaml'} was edited after sweep {self.sweep_id} started from "
+            f"it (changed: {', '.join(changed[:12]) or 'formatting only'}"
+            f"{', ...' if len(changed) > 12 else ''}); a sweep's results belong to the spec "
+            f"they ran with. To keep them, put the original back; to run the edited spec, "
+            f"start a new sweep from it: `servesweep run {self.dir / 'spec.yaml'}`")

@@ -12,8 +12,9 @@ from actors.contracts.config import TrialConfig
 from actors.contracts.results import LevelResult, TrialResult
 from actors.contracts.states import TrialStatus
 from orchestrator.errors import ServesweepError
-from orchestrator.results.events import DriverStarted, Scheduled, TrialRecorded
-from orchestrator.results.ledger import Ledger
+from orchestrator.results.events import DriverStarted, Scheduled, SweepCreated, TrialRecorded
+from orchestrator.results.ledger import QUARANTINE, Ledger
+from orchestrator.results.ledger_lines import seal
 
 CFG = TrialConfig(engine="sim", profile="vllm")
 
@@ -32,7 +33,7 @@ def test_events_round_trip_as_typed_models(tmp_path):
     ledger.append(Scheduled(key=CFG.key(), config=CFG.model_dump(mode="json")))
     ledger.record_result(_result(status=TrialStatus.OK))
     kinds = [type(e) for e in ledger.events()]
-    assert kinds == [DriverStarted, Scheduled, TrialRecorded]
+    assert kinds == [SweepCreated, DriverStarted, Scheduled, TrialRecorded]
     assert ledger.results()[CFG.key()].status is TrialStatus.OK
 
 
@@ -42,7 +43,10 @@ def test_a_torn_line_is_ended_before_the_next_append(tmp_path):
     with open(ledger.path, "a") as f:
         f.write('{"type": "scheduled", "key": "ab')  # a crash mid-write
     ledger.record_result(_result(status=TrialStatus.OK))
-    assert [e.type for e in ledger.events()] == ["driver", "trial"]
+    assert [e.type for e in ledger.events()] == ["sweep", "driver", "trial"]
+    assert ledger.damage == []  # the torn bytes were moved aside, not left mid-ledger
+    kept = [json.loads(x) for x in (ledger.dir / QUARANTINE).read_text().splitlines()]
+    assert kept[0]["text"] == '{"type": "scheduled", "key": "ab' and kept[0]["line"] == 3
 
 
 def test_a_result_with_an_unknown_class_or_flag_is_refused_where_it_is_built():
@@ -65,14 +69,14 @@ def test_a_result_with_an_unknown_class_or_flag_is_refused_where_it_is_built():
 def test_an_unknown_event_or_value_is_refused_where_it_is_read_back(tmp_path, line):
     ledger = _ledger(tmp_path)
     ledger.append(DriverStarted(pid=1, host="h"))
-    with open(ledger.path, "a") as f:
-        f.write(json.dumps(line) + "\n")
-    with pytest.raises(ServesweepError, match=r"ledger.jsonl:2: not a ledger event"):
+    with open(ledger.path, "a") as f:  # sealed as the ledger seals: intact, but unknown
+        f.write(seal(json.dumps(line)) + "\n")
+    with pytest.raises(ServesweepError, match=r"ledger.jsonl:3: not a ledger event"):
         ledger.events()
 
 
 def test_a_started_event_written_before_start_times_still_reads(tmp_path):
-    ledger = _ledger(tmp_path)
+    ledger = Ledger(tmp_path)  # a ledger written before seals and start times
     old = {"type": "started", "ts": 1.0, "key": "k", "pid": 12, "pgid": 12, "marker": "s/k",
            "host": "h", "node_id": "n"}  # a line of a ledger written before start_time
     with open(ledger.path, "a") as f:

@@ -1,0 +1,74 @@
+"""A real sim sweep's ledger damaged and its spec edited, as a user's weekend would: the
+damage is reported by ``report`` and ``sync`` with the line and the trial it held, ``resume``
+moves it aside and runs that trial again; an edited spec.yaml is refused (exit 2) by
+``resume``, ``report`` and ``sync`` with the fields that changed."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from orchestrator.commands.cli import main
+from orchestrator.results.ledger import QUARANTINE, Ledger
+from tests.conftest import minimal_spec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+
+@pytest.fixture
+def sweep(tmp_path, monkeypatch):
+    home = tmp_path / "state"
+    monkeypatch.setenv("SERVESWEEP_HOME", str(home))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    spec = minimal_spec(name="faults")
+    spec["workload"] = {"prompt_tokens": 32, "output_tokens": 8, "concurrency": [1, 4],
+                        "rounds": 1, "warmup_requests": 0}
+    spec["space"] = [{"engine": "sim", "profile": "vllm", "max_num_seqs": [8, 16, 32]}]
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["run", str(path), "--quiet", "--no-mlflow"]) == 0
+    return Ledger.open("latest", root=home)
+
+
+def test_a_damaged_record_is_reported_and_its_trial_runs_again(sweep, capsys):
+    before = sweep.results()
+    assert len(before) == 3
+    lines = sweep.path.read_bytes().split(b"\n")
+    n = next(i for i, x in enumerate(lines) if b'"type":"trial"' in x) + 1  # the first result
+    row = bytearray(lines[n - 1])
+    row[200:220] = b"#" * 20
+    lines[n - 1] = bytes(row)
+    sweep.path.write_bytes(b"\n".join(lines))
+    capsys.readouterr()
+
+    assert main(["report", sweep.sweep_id, "--no-mlflow"]) == 0
+    out = capsys.readouterr()
+    lost = next(k for k in before if k not in Ledger(sweep.dir).results())
+    assert f"line {n}: its checksum does not match its text" in out.err
+    assert f"trial {lost}" in out.err and "2 trials (2 ok)" in out.out
+
+    assert main(["resume", sweep.sweep_id, "--quiet", "--no-mlflow"]) == 0
+    out = capsys.readouterr().out
+    assert f"trial {lost}'s result was lost: it runs again" in out
+    assert "2 trial(s) final, 1 to run" in out
+    after = Ledger(sweep.dir)
+    assert set(after.results()) == set(before) and after.events() and after.damage == []
+    assert lost in (sweep.dir / QUARANTINE).read_text()
+
+
+def test_an_edited_spec_is_refused_by_resume_report_and_sync(sweep, capsys):
+    path = sweep.dir / "spec.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["workload"]["concurrency"] = [1, 8]
+    data["space"][0]["kv_dtype"] = ["auto", "fp8"]
+    path.write_text(yaml.safe_dump(data))
+    events = sweep.path.read_bytes()
+    for cmd in (["resume", sweep.sweep_id, "--no-mlflow"], ["report", sweep.sweep_id,
+                                                            "--no-mlflow"],
+                ["sync", sweep.sweep_id]):
+        capsys.readouterr()
+        assert main(cmd) == 2, cmd
+        err = capsys.readouterr().err
+        assert "workload.concurrency" in err and "space[0].kv_dtype (added)" in err, err
+        assert f"servesweep run {path}" in err
+    assert sweep.path.read_bytes() == events  # nothing ran, nothing was written
