@@ -283,6 +283,11 @@ AXES = ("profile", "tp", "weights", "kv_dtype", "cuda_graphs", "graph_max_batch"
         "max_num_seqs", "max_num_tokens", "max_model_len", "gpu_memory_fraction")
 
 
+#: the most values one axis of a space entry may list, and trials one entry may expand to
+MAX_AXIS_VALUES = 1000
+MAX_ENTRY_TRIALS = 20_000
+
+
 def _listify(v: Any) -> Any:
     return v if isinstance(v, list) else [v]
 
@@ -320,6 +325,19 @@ class SpaceEntry(Frozen):
                     data[axis] = _listify(data[axis])
             if isinstance(data.get("extras"), dict):
                 data["extras"] = {k: _listify(v) for k, v in data["extras"].items()}
+            lengths = {a: len(data[a]) for a in AXES if isinstance(data.get(a), list)}
+            if isinstance(data.get("extras"), dict):
+                lengths |= {f"extras.{k}": len(v) for k, v in data["extras"].items()
+                            if isinstance(v, list)}
+            for axis, n in lengths.items():
+                if n > MAX_AXIS_VALUES:
+                    raise ValueError(f"{axis}: {n} values; an axis may have at most "
+                                     f"{MAX_AXIS_VALUES} (search a range with search.params)")
+            size = math.prod(lengths.values()) if lengths else 1
+            if size > MAX_ENTRY_TRIALS:
+                raise ValueError(f"this entry expands to {size:,} trials; at most "
+                                 f"{MAX_ENTRY_TRIALS:,} (fewer values per axis, or an Optuna "
+                                 "search over ranges)")
         return data
 
     @field_validator("engine")

@@ -46,8 +46,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     both before anything is created (no Ray, no MLflow store, no sweep folder)."""
     from orchestrator.results.ledger import Ledger, state_root
     from orchestrator.spec import load_spec
+    from orchestrator.spec.model import preflight
 
     spec = load_spec(args.spec)  # bad input fails here, before anything is created
+    preflight(spec)
     from orchestrator.planning.plan import plan_sweep
 
     planned = plan_sweep(spec)

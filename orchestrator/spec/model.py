@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from actors.contracts.config import (
@@ -34,6 +33,7 @@ from actors.engines import adapter_names, get_adapter
 from orchestrator.errors import SpecError
 from orchestrator.spec.rules import EngineRules
 from orchestrator.spec.search import SearchSpec, check_search_against
+from orchestrator.spec.yaml_load import MAX_BYTES, bounded, load_yaml
 
 __all__ = ["ClusterSpec", "TrialOrder", "SLO", "SearchSpec", "FailurePolicy", "SweepSpec",
            "load_spec", "parse_spec", "format_validation_error"]
@@ -114,6 +114,20 @@ class FailurePolicy(Frozen):
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: ``org/name``: a model hub id (the engine resolves it, from its cache where offline)
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_FD_HEADROOM = 256  # files besides a level's sockets: Ray, logs, the metrics scraper
+
+
+def _nofile() -> tuple[int, int]:
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 0, 0
+    inf = resource.RLIM_INFINITY
+    return (0 if soft == inf else soft), (2**20 if hard == inf else hard)
 
 
 class SweepSpec(Frozen):
@@ -215,7 +229,7 @@ def parse_spec(data: Any, source: str = "spec") -> SweepSpec:
     try:
         return SweepSpec.model_validate(data, context={"rules": EngineRules()})
     except ValidationError as err:
-        raise SpecError(format_validation_error(err, source)) from None
+        raise SpecError(bounded(format_validation_error(err, source))) from None
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -223,8 +237,34 @@ def load_spec(path: str | Path) -> SweepSpec:
     p = Path(path)
     if not p.is_file():
         raise SpecError(f"spec file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as err:
-        raise SpecError(f"{p}: not valid YAML: {err}") from None
-    return parse_spec(data, str(p))
+    if p.stat().st_size > MAX_BYTES:  # refused before it is read into memory
+        raise SpecError(f"{p}: {p.stat().st_size:,} bytes; a spec may have at most "
+                        f"{MAX_BYTES:,}")
+    return parse_spec(load_yaml(p.read_text(errors="replace"), str(p)), str(p))
+
+
+def preflight(spec: SweepSpec) -> None:
+    """What this machine must offer before a sweep of ``spec`` starts here (``run``,
+    ``resume``); ``SpecError`` (exit 2) naming the field, before Ray or any folder exists.
+    On a local Ray (``cluster.address`` null) the engines and the load generator run on
+    this machine: a real engine's ``model.path`` must exist here (a hub id ``org/name``
+    is the engine's to resolve), and the top level's sockets must fit the open-file
+    limit (else a level fails 80,000 connects in)."""
+    if spec.cluster.address is not None:
+        return
+    problems = []
+    path = spec.model.path
+    real = sorted(e for e in {x.engine for x in spec.space} if e in adapter_names()
+                  and get_adapter(e).launches_process and not get_adapter(e).serves_presets)
+    if path and real and not Path(path).exists() and not _HUB_ID.match(path):
+        problems.append(f"model.path: {path!r} does not exist on this machine, where the "
+                        f"local Ray runs {', '.join(real)}: give the model's local directory")
+    soft, hard = _nofile()
+    top = max(spec.workload.concurrency)
+    if soft and top + _FD_HEADROOM > soft:
+        problems.append(f"workload.concurrency: {top} needs about {top + _FD_HEADROOM} open "
+                        f"files, and this process may open {soft} (hard limit {hard}): "
+                        f"lower the level, or raise the limit first (`ulimit -n "
+                        f"{min(hard, top + _FD_HEADROOM)}` in the shell that runs servesweep)")
+    if problems:
+        raise SpecError("spec: " + "; ".join(problems))
