@@ -25,6 +25,7 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator.commands.cli import main
 from orchestrator.results.ledger import Ledger
+from orchestrator.results.records import trial_record
 from tests.conftest import minimal_spec
 
 NAME = "outbox"
@@ -97,6 +98,16 @@ def _sweep(path: Path, *args: str) -> tuple[int, Ledger, float]:
     return code, Ledger.open("latest"), time.monotonic() - t0
 
 
+def _reference_s(tmp_path: Path, *space: Any) -> float:
+    """The same sweep's wall time without MLflow, measured now on this machine: what a
+    sweep whose MLflow is down may take (the machine's speed, not a fixed figure)."""
+    ref = tmp_path / "reference"
+    ref.mkdir(exist_ok=True)
+    code, _, took = _sweep(_spec(ref, *space), "--no-mlflow")
+    assert code == 0
+    return took
+
+
 def _runs(uri: str, sweep_id: str) -> list[Any]:
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(NAME)
@@ -152,7 +163,10 @@ def test_unreachable_mlflow_costs_the_sweep_nothing_and_sync_catches_up(
     code, ledger, took = _sweep(_spec(tmp_path, ["vllm", "trtllm"]))
     out, err = capfd.readouterr()
     assert code == 0, out[-2000:] + err[-2000:]
-    assert took < 60, f"the sweep took {took:.0f} s with MLflow unreachable"
+    ref = _reference_s(tmp_path, ["vllm", "trtllm"])
+    capfd.readouterr()
+    assert took < 1.5 * ref + 20, \
+        f"the sweep took {took:.0f} s with MLflow unreachable, {ref:.0f} s without MLflow"
     assert sorted(r.status.value for r in ledger.results().values()) == ["ok", "ok"]
     said = [line for line in err.splitlines() if server.uri in line]
     assert len(said) == 1, err[-3000:]  # warned once, one line, naming what to run later
@@ -210,7 +224,8 @@ def test_mlflow_killed_mid_sweep_and_restarted_then_sync_has_one_run_per_trial(
     assert 1 <= seen["recorded_at_kill"] < 4, "the server was killed mid-sweep"
     assert seen["recorded_at_restart"] > seen["recorded_at_kill"], \
         "the sweep went on while MLflow was down"
-    assert took < 90, f"the sweep took {took:.0f} s"
+    ref = _reference_s(tmp_path, ["vllm", "trtllm"], [True, False])
+    assert took < 1.5 * ref + 30, f"the sweep took {took:.0f} s, {ref:.0f} s without MLflow"
 
     server.wait_healthy()
     assert main(["sync", ledger.sweep_id]) == 0
@@ -257,7 +272,18 @@ def test_no_mlflow_sweep_synced_equals_a_live_tracked_one(offline, tmp_path, mon
     assert sorted(live_trials) == sorted(synced_trials) == sorted(synced.results())
     for key in live_trials:
         (a,), (b,) = live_trials[key], synced_trials[key]
-        assert _view(client, a) == _view(client, b), key
+        va, vb = _view(client, a), _view(client, b)
+        # which metrics and tags a run holds follows its own measurement (a metric that
+        # measured nothing, a flag a busy machine raised): each run holds what its ledger
+        # entry says, and the rest of the views match exactly
+        for view, ledger_ in ((va, live), (vb, synced)):
+            want = trial_record(ledger_.results()[key], ledger_.sweep_id, None, 0.0)
+            assert view.pop("metrics") == sorted({m[0] for m in want.metrics}), key
+            assert view["tags"] == {k: v for k, v in want.tags.items()
+                                    if not k.startswith(("mlflow.", "flag."))
+                                    and k != "servesweep.sweep_id"}, key
+            view.pop("tags")
+        assert va == vb, key
     (lp,) = [r for r in live_runs if r.data.tags["servesweep.kind"] == "sweep"]
     (sp,) = [r for r in synced_runs if r.data.tags["servesweep.kind"] == "sweep"]
     assert lp.data.params == sp.data.params
