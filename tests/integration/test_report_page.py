@@ -75,12 +75,20 @@ class Browser:
                     await ws.send_json({"id": seq, "method": method, "params": params})
                     return seq
 
-                for domain in ("Runtime", "Log", "Network", "Page"):
-                    await call(f"{domain}.enable")
-                await call("Page.navigate", url=url)
                 seen: list[dict] = []
                 value: object = None
                 want = None
+                # every domain enabled (its reply read) before navigating: a load event
+                # that fires before Page.enable took effect is never sent, and the wait
+                # for it hung once in CI
+                enabled = {await call(f"{d}.enable") for d in ("Runtime", "Log", "Network",
+                                                                "Page")}
+                async for msg in ws:
+                    ev = json.loads(msg.data)
+                    enabled.discard(ev.get("id"))
+                    if not enabled:
+                        break
+                await call("Page.navigate", url=url)
                 async for msg in ws:
                     ev = json.loads(msg.data)
                     method = ev.get("method", "")
