@@ -201,9 +201,11 @@ class DescendantWatch:
     def _write(self) -> None:
         with self._lock:
             procs = [{"pid": p, "start_time": s} for p, s in sorted(self.seen.items())]
+            since = self.since
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
-            tmp.write_text(json.dumps({"host_pid": self.root, "procs": procs}))
+            tmp.write_text(json.dumps({"host_pid": self.root, "since": since,
+                                      "procs": procs}))
             os.replace(tmp, self.path)
         except OSError as err:  # the trial folder moved or went: tracking goes on in memory
             if err.errno not in (errno.ENOENT, errno.ENOTDIR):

@@ -6,12 +6,18 @@ place there, and the ids of sweeps whose driver is gone. ``reap_node`` stops:
 
 - a target's leader, when its pid still names the process that started at the recorded
   start time (a pid the kernel handed to another process is listed in ``reused`` and
-  left alone), with its process group, its session and its descendants;
+  left alone) and carries the trial's marker, with the group and session it leads and
+  its descendants;
 - the processes its host listed in the trial folder (``proctree.PROCS_FILE``: what left
-  the group and dropped the marker), each checked by its start time, when that host is
-  gone (a live host stops its own);
-- every member of the target's cgroup (``actors.cgroups``), then the cgroup itself;
-- every process whose marker names one of ``sweeps``.
+  the group and dropped the marker), each checked by its start time and the host's
+  watch window, when that host is gone (a live host stops its own);
+- every member of the target's cgroup (``actors.cgroups``), then the cgroup itself, when
+  it is one servesweep made for that trial below this worker's cgroup;
+- every process whose marker names one of ``sweeps``, and every cgroup named for one of
+  them below this worker's cgroup (one whose ``started`` line was torn is found so).
+
+Whatever a record names that the kernel does not show to be ours (``actors.ownership``)
+is left alone and listed in ``NodeReap.refused`` with the reason.
 
 SIGTERM first, then SIGKILL after ``timeout_s``; every signal is sent only after the
 process's start time is checked again. With no targets and no sweeps it kills nothing
@@ -31,6 +37,15 @@ from typing import Any
 
 from actors.cgroups import EngineCgroup
 from actors.contracts.reaping import NodeReap, ReapTarget
+from actors.ownership import (
+    cgroup_refusal,
+    engine_cgroups,
+    key_is_safe,
+    leader_refusal,
+    listed_refusal,
+    listed_window,
+    sweep_cgroups,
+)
 from actors.procs import marked_processes
 from actors.proctree import (
     PROCS_FILE,
@@ -65,27 +80,45 @@ def _with_tree(victims: dict[int, int], st: ProcStat, stats: dict[int, ProcStat]
 
 
 def _collect(target: ReapTarget, stats: dict[int, ProcStat], victims: dict[int, int],
-             reused: list[int], cgroups: list[EngineCgroup]) -> None:
+             reused: list[int], cgroups: list[EngineCgroup], refused: list[str]) -> None:
+    """Add to ``victims`` what of ``target`` is provably the trial's (``actors.ownership``);
+    list in ``refused`` what the record names but the kernel does not show to be ours."""
+    if not key_is_safe(target.key):
+        refused.append(f"key {target.key[:60]!r}: not a trial key")
+        return
     if target.pid is not None and target.start_time is not None:
         st = stats.get(target.pid)
         if st is not None and st.start_time != target.start_time:
             reused.append(target.pid)
         elif st is not None and st.state != "Z":
-            _with_tree(victims, st, stats)
-            group = target.pgid or target.pid
-            for other in stats.values():  # its group and session: the leader is ours
-                if group in (other.pgid, other.sid) and other.state != "Z":
-                    _with_tree(victims, other, stats)
+            why = leader_refusal(st, target.marker)
+            if why is not None:
+                refused.append(why)
+            else:
+                _with_tree(victims, st, stats)
+                for other in stats.values():  # the group and session it leads: its own
+                    if st.pid in (other.pgid, other.sid) and other.state != "Z":
+                        _with_tree(victims, other, stats)
     if target.trial_dir:
         for path in _procs_files(target.trial_dir):
             if path.is_file() and not _host_alive(path):
+                window = listed_window(path)
                 for pid, start in read_procs_file(path).items():
                     st = stats.get(pid)
-                    if st is not None and st.start_time == start and st.state != "Z":
+                    if st is None or st.start_time != start or st.state == "Z":
+                        continue
+                    why = listed_refusal(st, window)
+                    if why is None:
                         _with_tree(victims, st, stats)
+                    else:
+                        refused.append(why)
     if target.cgroup:
         cg = EngineCgroup(Path(target.cgroup))
         if cg.path.is_dir():
+            why = cgroup_refusal(cg.path, target.marker)
+            if why is not None:
+                refused.append(why)
+                return
             cgroups.append(cg)
             for pid in cg.pids():
                 st = stats.get(pid)
@@ -100,9 +133,18 @@ def reap_node(targets: list[ReapTarget], sweeps: list[str], timeout_s: float = 1
     victims: dict[int, int] = {}
     reused: list[int] = []
     cgroups: list[EngineCgroup] = []
+    refused: list[str] = []
     for t in targets:
-        _collect(ReapTarget.model_validate(t), stats, victims, reused, cgroups)
+        _collect(ReapTarget.model_validate(t), stats, victims, reused, cgroups, refused)
     wanted = set(sweeps)
+    named = {str(cg.path) for cg in cgroups}
+    engine_cgs = engine_cgroups()
+    for sweep in sorted(wanted):  # incl. those whose ``started`` line was torn
+        for path in sweep_cgroups(sweep, engine_cgs):
+            if str(path) not in named:
+                cg = EngineCgroup(path)
+                cgroups.append(cg)
+                victims.update({p: stats[p].start_time for p in cg.pids() if p in stats})
     seen: set[str] = set()
     for pid, _, marker in marked_processes(""):
         sweep = marker.split("/", 1)[0]
@@ -128,6 +170,7 @@ def reap_node(targets: list[ReapTarget], sweeps: list[str], timeout_s: float = 1
     removed = [str(cg.path) for cg in cgroups if not cg.pids() and cg.remove()]
     return NodeReap(node_id=node_id, host=socket.gethostname(), killed=sorted(killed),
                     reused=sorted(reused), cgroups_removed=removed, sweeps=sorted(seen),
+                    refused=refused, cgroup_names=[p.name for p in engine_cgs],
                     leftovers=sorted(p for p, s in victims.items() if alive_same(p, s)))
 
 

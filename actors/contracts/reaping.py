@@ -28,6 +28,8 @@ class ReapTarget(_M):
     #: was recorded): the leader cannot be told from a process that reused its pid, and
     #: is not signalled by pid
     start_time: int | None = None
+    #: ``<sweep>/<key>``, derived by the driver (never read back): what the leader's
+    #: environment and the cgroup's name must show
     marker: str = ""
     cgroup: str | None = None
     trial_dir: str | None = None
@@ -44,3 +46,7 @@ class NodeReap(_M):
     leftovers: list[int] = Field(default_factory=list)  # still alive afterwards
     cgroups_removed: list[str] = Field(default_factory=list)
     sweeps: list[str] = Field(default_factory=list)  # sweep ids of marked processes seen
+    #: names of the engine cgroups below the reaper's (``servesweep-<sweep>-<key>-<hex>``)
+    cgroup_names: list[str] = Field(default_factory=list)
+    #: what the targets named but is not provably the trial's: left alone, with the reason
+    refused: list[str] = Field(default_factory=list)

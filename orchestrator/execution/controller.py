@@ -193,6 +193,7 @@ class SweepController:
             return
         target = ReapTarget(key=trial.key, pid=info.pid, pgid=info.pgid,
                             start_time=info.start_time, cgroup=info.cgroup,
+                            marker=f"{self.ledger.sweep_id}/{trial.key}",
                             trial_dir=str(trial.dir))
         self.reaps.append(self.cluster.reap_on(info.node_id, [target], [], REAP_TIMEOUT_S))
 

@@ -13,9 +13,9 @@ restarted under a new id), to an alive node on the same host; else it is ``unrea
 (the node is gone, and its processes with it unless the machine outlived its raylet).
 
 ``reap_dead_drivers`` finds the sweeps to reap when a driver starts: those whose marked
-processes a node reports, and those whose ledger has open groups (started, no result
-after), each only while nobody holds its driver lock (the reaping driver takes it for
-the while, so a ``resume`` cannot start it meanwhile).
+processes or engine cgroups a node reports, and those whose ledger has open groups
+(started, no result after), each only while nobody holds its driver lock (the reaping
+driver takes it for the while, so a ``resume`` cannot start it meanwhile).
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from pathlib import Path
 
 from ray.exceptions import GetTimeoutError, RayError
 
+from actors.cgroups import PREFIX
 from actors.contracts.reaping import NodeReap, ReapTarget
+from actors.ownership import key_is_safe
 from orchestrator.errors import UsageError
 from orchestrator.execution.cluster import Cluster, NodeInfo
 from orchestrator.results.events import Reaped, Started
@@ -42,9 +44,13 @@ ANSWER_GRACE_S = 30.0
 
 
 def target_of(ledger: Ledger, ev: Started) -> ReapTarget:
+    """What the node's reaper may stop of ``ev``. The marker is derived from the sweep and
+    the key, never read back, so a record naming another sweep's marker proves nothing;
+    a key that is not a plain folder name gets no trial folder."""
     return ReapTarget(key=ev.key, pid=ev.pid, pgid=ev.pgid, start_time=ev.start_time,
-                      marker=ev.marker, cgroup=ev.cgroup,
-                      trial_dir=str(ledger.dir / "trials" / ev.key))
+                      marker=f"{ledger.sweep_id}/{ev.key}", cgroup=ev.cgroup,
+                      trial_dir=str(ledger.dir / "trials" / ev.key)
+                      if key_is_safe(ev.key) else None)
 
 
 def route(groups: list[Started], nodes: list[NodeInfo]
@@ -75,6 +81,7 @@ def reap_sweep(cluster: Cluster, ledger: Ledger, reason: str, groups: list[Start
     killed: dict[str, list[int]] = {}
     leftovers: dict[str, list[int]] = {}
     reused: list[int] = []
+    refused: dict[str, list[str]] = {}
     failed: list[str] = []
     deadline = time.monotonic() + timeout_s + ANSWER_GRACE_S  # the nodes work at once
     for node_id, ref in refs.items():
@@ -88,24 +95,31 @@ def reap_sweep(cluster: Cluster, ledger: Ledger, reason: str, groups: list[Start
         if answer.leftovers:
             leftovers[node_id] = answer.leftovers
         reused += answer.reused
+        if answer.refused:
+            refused[node_id] = answer.refused
     event = Reaped(reason=reason, by=os.getpid(), complete=not failed and not leftovers,
                    killed=killed, reused=sorted(reused), leftovers=leftovers,
+                   refused=refused,
                    unreached=sorted(set(gone) | set(failed)))
     ledger.append(event)
     return event
 
 
-def _marked_sweeps(cluster: Cluster, nodes: list[NodeInfo]) -> set[str]:
-    """Sweep ids of the marked processes running on any node (nothing is stopped)."""
+def _left_on_nodes(cluster: Cluster, nodes: list[NodeInfo]) -> tuple[set[str], list[str]]:
+    """(sweep ids of the marked processes on any node, names of the engine cgroups there);
+    nothing is stopped."""
     refs = [cluster.reap_on(n.node_id, [], [], 0.0) for n in nodes]
     found: set[str] = set()
+    cgroups: list[str] = []
     deadline = time.monotonic() + ANSWER_GRACE_S
     for ref in refs:
         try:
-            found |= set(cluster.get(ref, timeout=max(0.1, deadline - time.monotonic())).sweeps)
+            answer = cluster.get(ref, timeout=max(0.1, deadline - time.monotonic()))
         except (GetTimeoutError, RayError):
             continue
-    return found
+        found |= set(answer.sweeps)
+        cgroups += answer.cgroup_names
+    return found, cgroups
 
 
 def reap_dead_drivers(cluster: Cluster, root: Path, skip: str | None = None
@@ -114,7 +128,7 @@ def reap_dead_drivers(cluster: Cluster, root: Path, skip: str | None = None
     something: marked processes on a node, or open groups in the ledger. ``skip``: the
     sweep this driver runs. Returns the ``reaped`` event of each sweep reaped."""
     sweeps = root / "sweeps"
-    marked = _marked_sweeps(cluster, cluster.nodes())
+    marked, cgroups = _left_on_nodes(cluster, cluster.nodes())
     ids = set(marked)
     if sweeps.is_dir():
         ids |= {d.name for d in sweeps.iterdir() if (d / "ledger.jsonl").is_file()}
@@ -127,7 +141,8 @@ def reap_dead_drivers(cluster: Cluster, root: Path, skip: str | None = None
         if DriverLock(ledger.dir).holder() is not None:
             continue
         groups = ledger.open_groups()
-        if not groups and sweep_id not in marked:
+        cgroup_left = any(name.startswith(f"{PREFIX}{sweep_id}-") for name in cgroups)
+        if not groups and sweep_id not in marked and not cgroup_left:
             continue
         try:
             with DriverLock(ledger.dir).acquire("reap"):  # no resume starts meanwhile

@@ -6,7 +6,7 @@ import os
 import socket
 import time
 
-from actors.procs import marked_processes, reap
+from actors.procs import marked_processes, stop_group
 from orchestrator.errors import EXIT_OK, UsageError
 from orchestrator.execution.cluster import Cluster
 from orchestrator.planning.overheads import process_age_s
@@ -24,21 +24,30 @@ INTERRUPTED = 130
 
 
 def reap_orphans(root) -> list[str]:
-    """Stop engines whose sweep's driver is gone; returns those sweep ids. A driver is
-    alive while it holds its sweep's lock (``results.lock``), never judged by ledger
-    events or by a pid that may have been reused."""
+    """Stop, on this machine, engines whose sweep's driver is gone; returns those sweep
+    ids. A driver is alive while it holds its sweep's lock (``results.lock``), never
+    judged by ledger events or by a pid that may have been reused. The ``reaped`` event
+    says what was stopped here; it is ``complete`` when every open group of the sweep ran
+    on this host and nothing survived."""
     by_sweep: dict[str, int] = {}
     for _, _, marker in marked_processes(""):
         by_sweep.setdefault(marker.split("/")[0], 0)
     reaped = []
+    here = socket.gethostname()
     for sweep_id in by_sweep:
         try:
             ledger = Ledger.open(sweep_id, root)
         except UsageError:
             continue  # another state root's sweep: not ours to judge
         if DriverLock(ledger.dir).holder() is None:
-            reap(f"{sweep_id}/")
-            ledger.append(Reaped(reason="driver gone", by=os.getpid()))
+            groups = ledger.open_groups()
+            found = [pid for pid, _, _ in marked_processes(f"{sweep_id}/")]
+            stopped = stop_group(None, f"{sweep_id}/", 10.0) if found else {"leftovers": []}
+            left = stopped["leftovers"]
+            ledger.append(Reaped(
+                reason="driver gone", by=os.getpid(), killed={here: sorted(found)} if found
+                else {}, leftovers={here: left} if left else {},
+                complete=not left and all((g.host or here) == here for g in groups)))
             reaped.append(sweep_id)
     return reaped
 
@@ -58,14 +67,25 @@ def _reap_nodes(cluster: Cluster, ledger: Ledger) -> None:
                 _say(f"stopped {sum(map(len, event.killed.values()))} process(es) left "
                      f"running by sweep {sweep_id} on {len(event.killed)} node(s) (its "
                      "driver is gone)")
+            _say_refused(sweep_id, event.refused)
         groups = ledger.open_groups()
         if groups:
             event = reap_sweep(cluster, ledger, "earlier driver gone", groups)
             if event.killed:
                 _say(f"stopped {sum(map(len, event.killed.values()))} process(es) the "
                      f"earlier driver left on {len(event.killed)} node(s)")
+            _say_refused(ledger.sweep_id, event.refused)
     except RayError as err:
         _say(f"could not reap the nodes before the sweep: {err}")
+
+
+def _say_refused(sweep_id: str, refused: dict[str, list[str]]) -> None:
+    """Say what a ledger named that the nodes would not signal (not the sweep's)."""
+    lines = [line for node in refused.values() for line in node]
+    if lines:
+        _say(f"left alone {len(lines)} process(es) or cgroup(s) the ledger of sweep "
+             f"{sweep_id} names but that are not its own (the ``reaped`` event lists "
+             f"them): {'; '.join(lines[:3])}{' ...' if len(lines) > 3 else ''}")
 
 
 def _say(text: str = "") -> None:

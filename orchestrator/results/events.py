@@ -86,6 +86,8 @@ class Reaped(_Event):
     reused: list[int] = Field(default_factory=list)  # recorded pids another process holds
     leftovers: dict[str, list[int]] = Field(default_factory=dict)  # node id -> pids alive
     unreached: list[str] = Field(default_factory=list)  # nodes that did not answer
+    #: node id -> what the ledger named there that is not provably the sweep's (left alone)
+    refused: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class AttemptFailed(_Event):

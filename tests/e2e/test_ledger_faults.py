@@ -72,3 +72,54 @@ def test_an_edited_spec_is_refused_by_resume_report_and_sync(sweep, capsys):
         assert "workload.concurrency" in err and "space[0].kv_dtype (added)" in err, err
         assert f"servesweep run {path}" in err
     assert sweep.path.read_bytes() == events  # nothing ran, nothing was written
+
+
+def test_the_next_run_leaves_alone_what_a_planted_started_line_names(sweep, tmp_path, capsys):
+    """A ``started`` line appended to a finished sweep's ledger names a user's process (its
+    real pid and start time) and a user's cgroup: the next ``servesweep run`` reaps that
+    sweep (its driver is gone, a group is open) and signals neither, and says so."""
+    import socket
+    import subprocess
+    import sys
+
+    from actors.cgroups import EngineCgroup
+    from actors.proctree import read_stat
+    from orchestrator.results.events import Started
+
+    user = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                            start_new_session=True, env={})
+    cg = EngineCgroup.create(f"probe-{user.pid % 0xFFFFFF:06x}")
+    foreign = None
+    if cg is not None:  # a user's cgroup beside where servesweep makes its own
+        foreign = EngineCgroup(cg.path.with_name(f"user-{user.pid}"))
+        foreign.path.mkdir()
+        cg.remove()
+    try:
+        st = read_stat(user.pid)
+        assert st is not None
+        sweep.append(Started(key=next(iter(sweep.results())), pid=user.pid, pgid=user.pid,
+                             start_time=st.start_time, marker=f"{sweep.sweep_id}/x",
+                             host=socket.gethostname(), cgroup=None if foreign is None
+                             else str(foreign.path)))
+        spec = yaml.safe_load((sweep.dir / "spec.yaml").read_text())
+        spec["name"] = "next"
+        spec["space"][0]["max_num_seqs"] = [8]
+        path = tmp_path / "next.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        capsys.readouterr()
+        assert main(["run", str(path), "--quiet", "--no-mlflow"]) == 0
+        out = capsys.readouterr().out
+        assert user.poll() is None, "the user's process was signalled"
+        assert f"left alone 1 process(es) or cgroup(s) the ledger of sweep {sweep.sweep_id}" \
+            in out or f"left alone 2 process(es) or cgroup(s) the ledger of sweep " \
+            f"{sweep.sweep_id}" in out, out
+        assert f"pid {user.pid}: carries no marker" in out
+        if foreign is not None:
+            assert foreign.path.is_dir()
+        reaped = [e for e in Ledger(sweep.dir).events() if e.type == "reaped"][-1]
+        assert reaped.killed == {} and reaped.refused
+    finally:
+        user.kill()
+        user.wait(timeout=10)
+        if foreign is not None:
+            foreign.remove()

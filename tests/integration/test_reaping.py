@@ -16,6 +16,7 @@ import pytest
 
 from actors.cgroups import EngineCgroup
 from actors.contracts.reaping import ReapTarget
+from actors.contracts.settings import MARKER_ENV
 from actors.proctree import PROCS_FILE, alive_same, read_stat, start_time
 from actors.reaper import reap_node
 from tests.conftest import ROOT
@@ -110,19 +111,30 @@ def test_a_cgroup_per_engine_holds_the_escapee(tmp_path):
     assert not info["alive_after"] and not Path(info["cgroup"]).exists()
 
 
-def _sleeper(**kw) -> subprocess.Popen:
+def _sleeper(marker: str | None = None, **kw) -> subprocess.Popen:
+    """A sleeping process in its own session; with ``marker``, started as servesweep
+    starts an engine (``SERVESWEEP_MARKER`` in its environment)."""
+    env = {} if marker is None else {MARKER_ENV: marker}
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                            start_new_session=True, env={}, **kw)
+                            start_new_session=True, env=env, **kw)
+
+
+def _procs_file(trial_dir: Path, since: int, procs: dict[int, int], host_pid: int = 2**22 + 1
+                ) -> None:
+    """A process file as a host that is gone wrote it (``proctree.DescendantWatch``)."""
+    (trial_dir / PROCS_FILE).write_text(json.dumps(
+        {"host_pid": host_pid, "since": since,
+         "procs": [{"pid": p, "start_time": s} for p, s in procs.items()]}))
 
 
 def test_a_recorded_pid_now_held_by_another_process_is_not_killed(tmp_path):
-    other = _sleeper()
+    other = _sleeper("s1/k")
     try:
         real = start_time(other.pid)
         assert real is not None
-        reused = ReapTarget(key="k", pid=other.pid, pgid=other.pid, start_time=real - 1)
-        (tmp_path / PROCS_FILE).write_text(json.dumps(
-            {"host_pid": 0, "procs": [{"pid": other.pid, "start_time": real - 1}]}))
+        reused = ReapTarget(key="k", pid=other.pid, pgid=other.pid, start_time=real - 1,
+                            marker="s1/k")
+        _procs_file(tmp_path, 0, {other.pid: real - 1}, host_pid=0)
         listed = ReapTarget(key="k", trial_dir=str(tmp_path))
         answer = reap_node([reused, listed], [], timeout_s=1.0)
         assert answer.reused == [other.pid] and answer.killed == []
@@ -139,9 +151,7 @@ def test_the_reaper_stops_what_the_host_listed_once_the_host_is_gone(tmp_path):
     try:
         st = read_stat(escapee.pid)
         assert st is not None
-        (tmp_path / PROCS_FILE).write_text(json.dumps(
-            {"host_pid": 2**22 + 1, "procs": [{"pid": escapee.pid,
-                                                "start_time": st.start_time}]}))
+        _procs_file(tmp_path, st.start_time, {escapee.pid: st.start_time})
         answer = reap_node([ReapTarget(key="k", trial_dir=str(tmp_path))], [], 5.0)
         assert answer.killed == [escapee.pid] and escapee.wait(timeout=10) is not None
     finally:
@@ -150,7 +160,7 @@ def test_the_reaper_stops_what_the_host_listed_once_the_host_is_gone(tmp_path):
 
 
 def test_the_reaper_kills_a_recorded_cgroup_and_removes_it(tmp_path):
-    cg = EngineCgroup.create(f"test-reaper-{os.getpid()}")
+    cg = EngineCgroup.create(f"s1-k-{os.getpid() % 0xFFFFFF:06x}")
     if cg is None:
         pytest.skip("this machine does not let this process create a cgroup")
     proc = None
@@ -160,7 +170,8 @@ def test_the_reaper_kills_a_recorded_cgroup_and_removes_it(tmp_path):
         deadline = time.monotonic() + 10
         while proc.pid not in cg.pids() and time.monotonic() < deadline:
             time.sleep(0.05)
-        answer = reap_node([ReapTarget(key="k", cgroup=str(cg.path))], [], 5.0)
+        answer = reap_node([ReapTarget(key="k", cgroup=str(cg.path), marker="s1/k")], [],
+                           5.0)
         assert proc.pid in answer.killed and answer.cgroups_removed == [str(cg.path)]
         assert proc.wait(timeout=10) is not None and not cg.path.exists()
     finally:
