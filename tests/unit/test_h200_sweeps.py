@@ -96,8 +96,9 @@ def test_every_real_level_reports_the_median_of_its_rounds_not_the_best(h200_hom
     levels = [lv for d in SWEEPS.iterdir() if d.is_dir()
               for r in Ledger.open(d.name).results().values() for lv in r.levels]
     # the 2026-11-29 sweeps, the long-prompt one, the 128-token and 2048-token of 12-01
-    # early (d, e), then those of 12-01 evening (f: 128 tokens, g: 2048 tokens)
-    assert len(levels) == 24 + 15 + 15 + 10 + 10 + 10
+    # early (d, e), then those of 12-01 evening (f: 128 tokens, g: 2048 tokens), then the
+    # 1B-like and 3B-like shapes of 12-03 (h, i: 1024 + 512 tokens) and the 1B follow-up (j)
+    assert len(levels) == 24 + 15 + 15 + 10 + 10 + 10 + 15 + 15 + 8
     for lv in levels:
         tputs = [rr.output_tok_s for rr in lv.rounds]
         assert len(tputs) == 2 and lv.metrics.output_tok_s == pytest.approx(median(tputs))
