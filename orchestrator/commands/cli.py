@@ -20,7 +20,13 @@ from orchestrator.commands import (
     run,
     sync,
 )
-from orchestrator.errors import EXIT_INPUT, EXIT_RUNTIME, ServesweepError, UsageError
+from orchestrator.errors import (
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_RUNTIME,
+    ServesweepError,
+    UsageError,
+)
 
 __all__ = ["main", "build_parser", "version", "COMMANDS"]
 
@@ -67,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"servesweep: {err}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader went away (`servesweep report x | head`): quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # nothing left to flush at exit

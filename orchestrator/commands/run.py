@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orchestrator.errors import EXIT_OK
+from orchestrator.errors import EXIT_INTERRUPTED, EXIT_OK
+from orchestrator.execution.interrupts import InterruptGuard
 from orchestrator.results.lock import DriverLock
+
+if TYPE_CHECKING:
+    from orchestrator.results.ledger import Ledger
+    from orchestrator.spec import SweepSpec
 
 __all__ = ["add_parser", "cmd_run", "cmd_resume"]
 
@@ -61,38 +66,64 @@ def cmd_run(args: argparse.Namespace) -> int:
     root = state_root()
     for sweep_id in reap_orphans(root):
         _print(f"stopped engines left running by sweep {sweep_id} (its driver is gone)")
-    ledger = Ledger.create(Path(args.spec).read_text(), spec.name, root)
-    n_ok = sum(p.feasible for p in planned)
-    _print(f"sweep {ledger.sweep_id}: {len(planned)} trials ({n_ok} to run, "
-           f"{len(planned) - n_ok} infeasible) on {spec.hardware}; state in {ledger.dir}")
-    tracker = None if args.no_mlflow else Tracker(root)
-    with DriverLock(ledger.dir).acquire("run"):  # one driver per sweep, for its whole life
-        return execute(spec, ledger, tracker, args.quiet, n_ok)
+    with InterruptGuard():  # from the sweep's creation on, a signal is recorded
+        ledger = Ledger.create(Path(args.spec).read_text(), spec.name, root)
+        try:
+            n_ok = sum(p.feasible for p in planned)
+            _print(f"sweep {ledger.sweep_id}: {len(planned)} trials ({n_ok} to run, "
+                   f"{len(planned) - n_ok} infeasible) on {spec.hardware}; state in "
+                   f"{ledger.dir}")
+            tracker = None if args.no_mlflow else Tracker(root)
+            with DriverLock(ledger.dir).acquire("run"):  # one driver per sweep, its life
+                return execute(spec, ledger, tracker, args.quiet, n_ok)
+        except KeyboardInterrupt:
+            return _interrupted(ledger)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from actors.procs import reap
-    from orchestrator.execution.runner import execute
-    from orchestrator.planning.plan import plan_sweep
-    from orchestrator.results.ledger import QUARANTINE, Ledger, state_root
-    from orchestrator.results.tracking import Tracker
+    from orchestrator.results.ledger import Ledger
     from orchestrator.spec import load_spec
 
     ledger = Ledger.open(args.sweep)
     ledger.check_spec()  # an edited spec.yaml is refused, naming what changed
     spec = load_spec(ledger.dir / "spec.yaml")
     # refused at once while the sweep's driver lives: its engines are never touched
-    with DriverLock(ledger.dir).acquire("resume"):
-        left = reap(f"{ledger.sweep_id}/")
-        if left:
-            _print(f"stopped {len(left)} engine process(es) left by the earlier driver")
-        for d in ledger.quarantine():  # damaged lines move aside; their trials run again
-            what = (f"trial {d.lost_trial}'s result was lost: it runs again"
-                    if d.lost_trial else "nothing final was lost")
-            _print(f"ledger {d.describe()}; moved to {ledger.dir / QUARANTINE}; {what}")
-        done = set(ledger.results())
-        planned = plan_sweep(spec)
-        todo = sum(1 for p in planned if p.feasible and p.config.key() not in done)
-        _print(f"resuming {ledger.sweep_id}: {len(done)} trial(s) final, {todo} to run")
-        tracker = None if args.no_mlflow else Tracker(state_root())
-        return execute(spec, ledger, tracker, args.quiet, todo)
+    with DriverLock(ledger.dir).acquire("resume"), InterruptGuard():
+        try:
+            return _resume(args, ledger, spec)
+        except KeyboardInterrupt:
+            return _interrupted(ledger)
+
+
+def _interrupted(ledger: Ledger) -> int:
+    """A signal outside ``execute`` (which handles its own): recorded, then exit 130."""
+    from orchestrator.execution.interrupts import handled, record_interrupt
+
+    handled()
+    record_interrupt(ledger, "interrupted by the user")
+    _print(f"interrupted. `servesweep resume {ledger.sweep_id}` goes on")
+    return EXIT_INTERRUPTED
+
+
+def _resume(args: argparse.Namespace, ledger: Ledger, spec: SweepSpec) -> int:
+    """Resume under the driver lock: reap the earlier driver's leftovers, set damaged
+    ledger lines aside, run what is not final."""
+    from actors.procs import reap
+    from orchestrator.execution.runner import execute
+    from orchestrator.planning.plan import plan_sweep
+    from orchestrator.results.ledger import QUARANTINE, state_root
+    from orchestrator.results.tracking import Tracker
+
+    left = reap(f"{ledger.sweep_id}/")
+    if left:
+        _print(f"stopped {len(left)} engine process(es) left by the earlier driver")
+    for d in ledger.quarantine():  # damaged lines move aside; their trials run again
+        what = (f"trial {d.lost_trial}'s result was lost: it runs again"
+                if d.lost_trial else "nothing final was lost")
+        _print(f"ledger {d.describe()}; moved to {ledger.dir / QUARANTINE}; {what}")
+    done = set(ledger.results())
+    planned = plan_sweep(spec)
+    todo = sum(1 for p in planned if p.feasible and p.config.key() not in done)
+    _print(f"resuming {ledger.sweep_id}: {len(done)} trial(s) final, {todo} to run")
+    tracker = None if args.no_mlflow else Tracker(state_root())
+    return execute(spec, ledger, tracker, args.quiet, todo)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,9 @@ from actors.contracts.shapes import ModelShape
 from actors.contracts.states import FailureClass, TrialStatus
 from actors.procs import reap
 from orchestrator.errors import UsageError
+from orchestrator.execution import interrupts
 from orchestrator.execution.cluster import NODE_ID_LABEL, Cluster, RayCluster
+from orchestrator.execution.interrupts import InterruptGuard
 from orchestrator.execution.packing import Packer, ordered
 from orchestrator.execution.progress import Progress
 from orchestrator.execution.reaping import REAP_TIMEOUT_S, reap_sweep
@@ -60,11 +63,30 @@ def connect_ray(spec: SweepSpec) -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     kwargs: dict[str, Any] = dict(namespace=spec.cluster.namespace, include_dashboard=False,
                                   log_to_driver=False, logging_level="WARNING")
-    if spec.cluster.address:
-        ray.init(address=spec.cluster.address, **kwargs)
-    else:  # "local": never join some other cluster that happens to run on this machine
-        ray.init(address="local", num_gpus=spec.cluster.gpus, num_cpus=spec.cluster.cpus,
-                 **kwargs)
+    if not spec.cluster.address:  # "local": never join another cluster running here
+        kwargs.update(address="local", num_gpus=spec.cluster.gpus, num_cpus=spec.cluster.cpus)
+    else:
+        kwargs.update(address=spec.cluster.address)
+    with interrupts.deferred(), _ray_keeps_our_sigterm():
+        ray.init(**kwargs)
+
+
+@contextmanager
+def _ray_keeps_our_sigterm() -> Iterator[None]:
+    """``ray.init`` sets a SIGTERM handler of its own (``sys.exit(15)``, raised wherever
+    the init is, which a ``try`` inside Ray may swallow): keep the driver's (``interrupts``)
+    by holding Ray's ``set_sigterm_handler`` back for the call. A Ray without that hook is
+    left as it is."""
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    original = getattr(utils, "set_sigterm_handler", None)
+    if original is None:
+        yield
+        return
+    utils.set_sigterm_handler = lambda handler: None  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler = original  # type: ignore[union-attr]
 
 
 @dataclass
@@ -357,28 +379,35 @@ class SweepController:
 
     # -- whole run --------------------------------------------------------------------------
     def run(self) -> dict[str, TrialResult]:
-        previous = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, _raise_interrupt)
-        try:
-            while not self.done():
-                self.step()
-            for line in self.searcher.summary_lines():  # what it found, what would be next
-                self.progress.say(line)
-        except KeyboardInterrupt:
-            self.progress.say("interrupted: stopping every engine this sweep started ...")
-            self.abort("interrupted by the user")
-            raise
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-            reap(f"{self.ledger.sweep_id}/")  # this node, at once
-            # every node: what the sweep started there, by identity, and by its marker
+        """Step until done. SIGINT and SIGTERM stop every running trial (``abort``), are
+        recorded as ``interrupted`` and raised on as ``KeyboardInterrupt``; one that Python
+        could not raise where it landed is raised at the next tick (``interrupts``)."""
+        with InterruptGuard():
             try:
-                reap_sweep(self.cluster, self.ledger, "sweep ended",
-                           self.ledger.started_groups())
-            except Exception as err:  # noqa: BLE001 - never hide how the sweep itself ended
-                self.progress.say(f"could not reap the sweep's nodes ({type(err).__name__}: "
-                                  f"{err}); the next `servesweep run` or `resume` will")
+                while not self.done():
+                    interrupts.check()
+                    self.step()
+                for line in self.searcher.summary_lines():  # what it found, what is next
+                    self.progress.say(line)
+            except KeyboardInterrupt:
+                interrupts.handled()
+                self.progress.say("interrupted: stopping every engine this sweep started ...")
+                self.abort("interrupted by the user")
+                raise
+            finally:
+                self._reap_at_end()
         return self.results
+
+    def _reap_at_end(self) -> None:
+        """However the run ended: stop what the sweep started, here and on every node."""
+        reap(f"{self.ledger.sweep_id}/")  # this node, at once
+        # every node: what the sweep started there, by identity, and by its marker
+        try:
+            reap_sweep(self.cluster, self.ledger, "sweep ended",
+                       self.ledger.started_groups())
+        except Exception as err:  # noqa: BLE001 - never hide how the sweep itself ended
+            self.progress.say(f"could not reap the sweep's nodes ({type(err).__name__}: "
+                              f"{err}); the next `servesweep run` or `resume` will")
 
     def _search_params(self, key: str) -> None:
         """The search's params of a trial (Optuna study, number, sampler) beside its logs,
@@ -398,8 +427,3 @@ class SweepController:
         self.running.clear()
         left = reap(f"{self.ledger.sweep_id}/")
         self.ledger.append(Interrupted(reason=reason, reaped=left))
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-

@@ -6,9 +6,11 @@ import os
 import socket
 import time
 
-from actors.procs import marked_processes, stop_group
-from orchestrator.errors import EXIT_OK, UsageError
+from actors.procs import marked_processes, reap, stop_group
+from orchestrator.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError
+from orchestrator.execution import interrupts
 from orchestrator.execution.cluster import Cluster
+from orchestrator.execution.interrupts import InterruptGuard, record_interrupt
 from orchestrator.planning.overheads import process_age_s
 from orchestrator.planning.overheads import record as record_overheads
 from orchestrator.results.events import DriverStarted, Reaped
@@ -20,7 +22,7 @@ from orchestrator.spec import SweepSpec
 
 __all__ = ["execute", "reap_orphans", "INTERRUPTED", "END_WAIT_S", "INTERRUPT_WAIT_S"]
 
-INTERRUPTED = 130
+INTERRUPTED = EXIT_INTERRUPTED
 
 
 def reap_orphans(root) -> list[str]:
@@ -102,14 +104,23 @@ def execute(spec: SweepSpec, ledger: Ledger, tracker: Tracker | None, quiet: boo
     """Run the sweep. MLflow (``tracker``) is written through a ``TrackingOutbox``: it never
     stops the sweep, and what it missed is left for ``servesweep sync``. Ctrl-C returns 130
     after ending the parent run KILLED (the sweep stopped before its plan was done;
-    ``resume`` reopens the run and ends it FINISHED)."""
+    ``resume`` reopens the run and ends it FINISHED). SIGINT and SIGTERM at any moment, Ray's
+    start included, end in 130 with an ``interrupted`` event (``interrupts``)."""
+    with InterruptGuard():
+        return _guarded(spec, ledger, tracker, quiet, total)
+
+
+def _guarded(spec: SweepSpec, ledger: Ledger, tracker: Tracker | None, quiet: bool,
+             total: int) -> int:
     ledger.append(DriverStarted(pid=os.getpid(), host=socket.gethostname()))
     outbox = TrackingOutbox(tracker, spec, ledger) if tracker is not None else None
     try:
         if outbox is not None:
             outbox.begin()  # the parent run, and the trials an earlier driver recorded
         return _execute(spec, ledger, outbox, quiet, total)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # at any moment, Ray's start included (``interrupts``)
+        interrupts.handled()
+        record_interrupt(ledger, "interrupted by the user", reap(f"{ledger.sweep_id}/"))
         caught_up = True
         if outbox is not None:
             if not outbox.ended:  # a completed sweep interrupted while MLflow catches up
@@ -143,10 +154,11 @@ def _execute(spec: SweepSpec, ledger: Ledger, outbox: TrackingOutbox | None, qui
     _say("starting Ray ..." if not spec.cluster.address else
          f"joining Ray at {spec.cluster.address} ...")
     try:
-        connect_ray(spec)
+        connect_ray(spec)  # a signal during it is raised when Ray is up (``interrupts``)
         ray_start_s = time.monotonic() - t0
         cluster = RayCluster()
         _reap_nodes(cluster, ledger)
+        interrupts.check()
         controller = SweepController(spec, ledger, outbox, Progress(total, quiet=quiet),
                                      cluster=cluster)
         results = controller.run()
