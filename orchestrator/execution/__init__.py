@@ -14,4 +14,6 @@
   observe, stop), each one Ray call in flight.
 - ``failures``: what Ray raised, classified by cause (``client_error``, ``node_lost`` ...).
 - ``progress``: the human progress lines.
+- ``cluster_auth``: a cluster that refuses the driver's Ray token, said in one line
+  before the sweep folder exists (``check_cluster_auth``).
 """
