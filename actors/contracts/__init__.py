@@ -16,4 +16,6 @@ the project (checked by tests/unit/test_layers.py).
 - ``shapes``: model shapes (presets, or a model's ``config.json``).
 - ``settings``: every ``SERVESWEEP_*`` environment variable (``settings()``), and the
   engine marker's name.
+- ``secrets``: secrets told by name or by value (``secret_reason``), so a spec that would
+  store one is refused with the ``${NAME}`` form as the fix.
 """

@@ -15,11 +15,19 @@ import hashlib
 import itertools
 import json
 import math
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from actors.contracts.secrets import (
+    ENV_REF,
+    SECRET_ERROR,
+    SECRET_NAME,
+    secret_fix,
+    secret_reason,
+)
 
 __all__ = ["resolve_env", "ENV_REF", "SECRET_NAME", "Frozen", "TrialConfig", "Workload",
            "ModelSpec", "SimOptions", "LaunchOptions", "SpaceEntry", "SpecRules", "AXES",
@@ -60,12 +68,19 @@ class TrialConfig(Frozen):
     max_num_tokens: PosInt | None = None
     max_model_len: PosInt | None = None
     gpu_memory_fraction: float = Field(default=0.9, gt=0, le=1)
-    extras: dict[str, Scalar] = Field(default_factory=dict)
+    extras: dict[str, Scalar] = Field(default_factory=dict)  # no secret by value
     #: tells apart trials of the same settings launched differently (another vLLM build
     #: or interpreter, another endpoint); None: the settings alone name the trial
     launch_label: str | None = None
     #: which restart of a config the space repeats (``repeat: N``); 0: the first
     repeat: int = Field(default=0, ge=0)
+
+    @field_validator("extras")
+    @classmethod
+    def _no_secret_extras(cls, v: dict[str, Scalar]) -> dict[str, Scalar]:
+        for name, value in v.items():
+            _refuse_secret(f"extras.{name}", value, by_name=False)
+        return v
 
     def key(self) -> str:
         """The trial key: the identity plus the launch label and repeat where set (a trial
@@ -228,19 +243,15 @@ class SimOptions(Frozen):
         return math.ceil(0.5 / self.time_scale)
 
 
-#: ``${NAME}``: a reference to an environment variable, resolved when the engine starts
-ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
-#: names whose values are secrets: given only as ``${NAME}`` references, never stored
-SECRET_NAME = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD)", re.I)
 
 
 class LaunchOptions(Frozen):
     """How to start (or reach) the engine; not part of the trial key.
 
     ``env`` values may be ``${NAME}`` references to the environment of the node the
-    engine starts on (``resolve_env``); a variable whose name says it is a secret
-    (TOKEN, KEY, SECRET, PASSWORD) must be one, so a spec, a ledger or an MLflow run
-    never holds a secret's value.
+    engine starts on (``resolve_env``); a variable whose name or value says it is a secret
+    (``secrets.secret_reason``) must be one, so a spec, a ledger or an MLflow run never
+    holds a secret's value.
     """
 
     python: str | None = None  # interpreter of the engine's own venv (vLLM)
@@ -255,12 +266,22 @@ class LaunchOptions(Frozen):
     @classmethod
     def _secrets_by_reference(cls, v: dict[str, str]) -> dict[str, str]:
         for name, value in v.items():
-            if SECRET_NAME.search(name) and not ENV_REF.match(value):
-                raise ValueError(
-                    f"{name} looks like a secret: give it as a reference to an environment "
-                    f"variable, e.g. {name}: \"${{{name}}}\" (read on the node when the "
-                    "engine starts, never written to the spec, the ledger or MLflow)")
+            _refuse_secret(name, value)
         return v
+
+
+def _refuse_secret(name: str, value: object, by_name: bool = True) -> None:
+    """``launch.env`` values may be ``${NAME}`` references; an engine option (``extras``)
+    may not hold a secret at all: it belongs in the engine's environment."""
+    why = secret_reason(name, value, by_name)
+    if why is None:
+        return
+    text = secret_fix(name, why) if by_name else (
+        f"{why}: an engine option never holds a secret (it is stored in the spec, the "
+        "ledger and MLflow); give it to the engine through launch.env as a reference, e.g. "
+        'launch: {env: {MY_TOKEN: "${MY_TOKEN}"}}')
+    # its own error type: an error message never repeats the value (``SECRET_ERROR``)
+    raise PydanticCustomError(SECRET_ERROR, "{text}", {"text": text})
 
 
 def resolve_env(env: dict[str, str], environ: dict[str, str]) -> dict[str, str]:
@@ -339,6 +360,14 @@ class SpaceEntry(Frozen):
                                  f"{MAX_ENTRY_TRIALS:,} (fewer values per axis, or an Optuna "
                                  "search over ranges)")
         return data
+
+    @field_validator("extras")
+    @classmethod
+    def _no_secret_extras(cls, v: dict[str, list[Scalar]]) -> dict[str, list[Scalar]]:
+        for name, values in v.items():
+            for value in values:
+                _refuse_secret(f"extras.{name}", value, by_name=False)
+        return v
 
     @field_validator("engine")
     @classmethod

@@ -26,6 +26,7 @@ from actors.contracts.config import (
     Workload,
 )
 from actors.contracts.hardware import hardware_names
+from actors.contracts.secrets import SECRET_ERROR
 from actors.contracts.shapes import preset_names
 from actors.contracts.slo import SLO
 from actors.contracts.states import FailureClass
@@ -217,7 +218,8 @@ def format_validation_error(err: ValidationError, source: str = "spec") -> str:
             loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
         msg = e["msg"].removeprefix("Value error, ")
         got = e.get("input")
-        got_txt = "" if e["type"] in ("missing",) or isinstance(got, dict) else f" (got {got!r})"
+        hide = e["type"] in ("missing", SECRET_ERROR) or isinstance(got, dict)
+        got_txt = "" if hide else f" (got {got!r})"
         lines.append(f"  {loc or '<top>'}: {msg}{got_txt}")
     return "\n".join(lines)
 
