@@ -55,6 +55,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)  # bad input fails here, before anything is created
     preflight(spec)
+    _cluster_accepts_us(spec)
     from orchestrator.planning.plan import plan_sweep
 
     planned = plan_sweep(spec)
@@ -87,12 +88,22 @@ def cmd_resume(args: argparse.Namespace) -> int:
     ledger = Ledger.open(args.sweep)
     ledger.check_spec()  # an edited spec.yaml is refused, naming what changed
     spec = load_spec(ledger.dir / "spec.yaml")
+    _cluster_accepts_us(spec)
     # refused at once while the sweep's driver lives: its engines are never touched
     with DriverLock(ledger.dir).acquire("resume"), InterruptGuard():
         try:
             return _resume(args, ledger, spec)
         except KeyboardInterrupt:
             return _interrupted(ledger)
+
+
+def _cluster_accepts_us(spec: SweepSpec) -> None:
+    """A cluster that refuses this driver's Ray token is bad input (exit 2, one line naming
+    what to set), found before a sweep folder exists or a resume starts."""
+    if spec.cluster.address:
+        from orchestrator.execution.cluster_auth import check_cluster_auth
+
+        check_cluster_auth(spec.cluster.address)
 
 
 def _interrupted(ledger: Ledger) -> int:

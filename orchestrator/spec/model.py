@@ -251,13 +251,9 @@ def preflight(spec: SweepSpec) -> None:
     On a local Ray (``cluster.address`` null) the engines and the load generator run on
     this machine: a real engine's ``model.path`` must exist here (a hub id ``org/name``
     is the engine's to resolve), and the top level's sockets must fit the open-file
-    limit (else a level fails 80,000 connects in). On a cluster (``cluster.address``) the
-    cluster must accept this driver's Ray token: a refusal is ``UsageError`` (exit 2) naming
-    the environment to set (``orchestrator.execution.cluster_auth``)."""
+    limit (else a level fails 80,000 connects in). A cluster's token is checked by the
+    commands that join it (``orchestrator.execution.cluster_auth``: the layer above)."""
     if spec.cluster.address is not None:
-        from orchestrator.execution.cluster_auth import check_cluster_auth
-
-        check_cluster_auth(spec.cluster.address)
         return
     problems = []
     path = spec.model.path
