@@ -172,7 +172,7 @@ def _execute(spec: SweepSpec, ledger: Ledger, outbox: TrackingOutbox | None, qui
                 f"{uri} --port 5000   (then http://127.0.0.1:5000)\n  or: make ui"
                 if uri.startswith("sqlite:") else f"Results are in MLflow at {uri}")
     t_report = time.monotonic()
-    report = write_report(spec, ledger, hint)
+    report = write_report(spec, ledger)
     record_overheads(ledger.dir, driver_start_s, ray_start_s, ordered,
                      time.monotonic() - t_report)  # the next estimate learns from them
     text = report.text
@@ -187,4 +187,6 @@ def _execute(spec: SweepSpec, ledger: Ledger, outbox: TrackingOutbox | None, qui
     _say(f"\nreport: {report.html} (opens offline), {report.markdown}")
     for line in behind:  # the sweep is complete (exit 0); MLflow catches up with `sync`
         _say(line)
+    if hint and not behind:  # where the results are, only once MLflow holds them
+        _say(hint)
     return EXIT_OK

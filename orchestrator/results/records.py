@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TrialRecord", "SweepRecord", "trial_record", "sweep_record", "sweep_params",
            "sweep_summary", "write_trial_files", "report_files", "LEVEL_METRICS",
-           "SWEEP_ID_TAG", "TRIAL_KEY_TAG", "KIND_TAG", "SEARCH_PARAMS_FILE"]
+           "SWEEP_ID_TAG", "TRIAL_KEY_TAG", "KIND_TAG", "RECORDED_TAG", "SEARCH_PARAMS_FILE"]
 
 LEVEL_METRICS = ("output_tok_s", "total_tok_s", "requests_s", "ttft_p50_ms", "ttft_p90_ms",
                  "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "tpot_p50_ms", "e2e_p50_ms",
@@ -33,6 +33,9 @@ LEVEL_METRICS = ("output_tok_s", "total_tok_s", "requests_s", "ttft_p50_ms", "tt
 SWEEP_ID_TAG = "servesweep.sweep_id"
 TRIAL_KEY_TAG = "servesweep.trial_key"
 KIND_TAG = "servesweep.kind"
+#: the ledger time of the result a trial's run holds: a run of the same key with another
+#: is an earlier result of it (a rerun), which MLflow's metric history cannot forget
+RECORDED_TAG = "servesweep.recorded_ms"
 #: a trial folder's search params (Optuna study, number, sampler), written by the controller
 SEARCH_PARAMS_FILE = "search.json"
 
@@ -80,8 +83,9 @@ def trial_record(result: TrialResult, sweep_id: str, trial_dir: Path | None,
     its config, the sweep's ``workload`` (params ``workload.*``), engine version and GPU
     model (tags), its search params, metrics per level and files."""
     tags = {SWEEP_ID_TAG: sweep_id, KIND_TAG: "trial", TRIAL_KEY_TAG: result.key,
-            "status": result.status.value, "failure_reason": result.reason,
-            "label": result.config.label(), "hardware": result.hardware}
+            RECORDED_TAG: str(int(recorded_ts * 1000)), "status": result.status.value,
+            "failure_reason": result.reason, "label": result.config.label(),
+            "hardware": result.hardware}
     if result.message:
         tags["message"] = result.message[:4000]
     readers = sorted({lv.client.reader for lv in result.levels if lv.client is not None})

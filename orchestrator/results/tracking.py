@@ -32,6 +32,7 @@ from actors.contracts.config import Workload
 from orchestrator.results.records import (
     KIND_TAG,
     LEVEL_METRICS,
+    RECORDED_TAG,
     SWEEP_ID_TAG,
     TRIAL_KEY_TAG,
     SweepRecord,
@@ -225,6 +226,18 @@ class Tracker:
             self.client.log_artifact(self.parent_id, str(record.spec_path))
         return self.parent_id
 
+    def _drop_earlier_results(self, runs: list[Run],
+                              record: TrialRecord) -> tuple[list[Run], int]:
+        """Of a key's runs, those that hold an earlier result of it (a trial run again after
+        its ledger record was damaged) are deleted: a metric's history keeps every value
+        logged at a step, so writing the new result into such a run would leave both. A
+        run without the tag (older servesweep) is kept."""
+        mine = record.tags.get(RECORDED_TAG)
+        earlier = [r for r in runs if r.data.tags.get(RECORDED_TAG, mine) != mine]
+        for r in earlier:
+            self.client.delete_run(r.info.run_id)  # soft: `mlflow runs restore` undoes it
+        return [r for r in runs if r not in earlier], len(earlier)
+
     def _complete(self, run: Run, record: TrialRecord) -> bool:
         """Whether a found run already holds the whole record (then it is left alone)."""
         if run.info.status != record.status:
@@ -247,8 +260,8 @@ class Tracker:
         if found is None:
             found = self.search({SWEEP_ID_TAG: record.tags[SWEEP_ID_TAG], KIND_TAG: "trial",
                                  TRIAL_KEY_TAG: record.key})
-        removed = 0
         tags = {PARENT_TAG: self.parent_id, **record.tags}
+        found, removed = self._drop_earlier_results(found, record)
         if found:
             run, removed = self._keep_one(found, lambda r: self._complete(r, record))
             if self._complete(run, record):

@@ -25,7 +25,7 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator.commands.cli import main
 from orchestrator.results.ledger import Ledger
-from orchestrator.results.records import trial_record
+from orchestrator.results.records import RECORDED_TAG, trial_record
 from tests.conftest import minimal_spec
 
 NAME = "outbox"
@@ -173,6 +173,7 @@ def test_unreachable_mlflow_costs_the_sweep_nothing_and_sync_catches_up(
     assert f"servesweep sync {ledger.sweep_id}" in said[0]
     assert "Traceback" not in err
     assert f"servesweep sync {ledger.sweep_id}" in out.strip().splitlines()[-1]
+    assert "Results are in MLflow" not in out  # not said of an MLflow that holds nothing
 
     server.start()
     server.wait_healthy()
@@ -254,7 +255,8 @@ def _view(client: MlflowClient, run: Any) -> dict[str, Any]:
     return {"status": run.info.status, "name": run.info.run_name, "params": run.data.params,
             "metrics": sorted(run.data.metrics),
             "tags": {k: v for k, v in run.data.tags.items()
-                     if not k.startswith(("mlflow.", "flag.")) and k != "servesweep.sweep_id"},
+                     if not k.startswith(("mlflow.", "flag."))
+                     and k not in ("servesweep.sweep_id", RECORDED_TAG)},
             "artifacts": sorted(f.path for f in client.list_artifacts(run.info.run_id))}
 
 
@@ -281,7 +283,7 @@ def test_no_mlflow_sweep_synced_equals_a_live_tracked_one(offline, tmp_path, mon
             assert view.pop("metrics") == sorted({m[0] for m in want.metrics}), key
             assert view["tags"] == {k: v for k, v in want.tags.items()
                                     if not k.startswith(("mlflow.", "flag."))
-                                    and k != "servesweep.sweep_id"}, key
+                                    and k not in ("servesweep.sweep_id", RECORDED_TAG)}, key
             view.pop("tags")
         assert va == vb, key
     (lp,) = [r for r in live_runs if r.data.tags["servesweep.kind"] == "sweep"]
