@@ -80,7 +80,9 @@ def test_run_reaps_engines_whose_driver_is_gone(tmp_path):
         assert reap_orphans(tmp_path) == [ledger.sweep_id]
         assert engine.wait(timeout=15) is not None
         assert marked_processes(ledger.sweep_id + "/") == []
-        assert json.loads(ledger.path.read_text().splitlines()[-1])["type"] == "reaped"
+        reaped = json.loads(ledger.path.read_text().splitlines()[-1])
+        assert reaped["type"] == "reaped"  # and it says what it stopped (issue 28)
+        assert reaped["killed"] == {os.uname().nodename: [engine.pid]} and reaped["complete"]
     finally:
         if engine.poll() is None:
             engine.kill()
