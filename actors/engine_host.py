@@ -25,12 +25,15 @@ log kept as ``server.port-in-use.N.log``, and the server started again on anothe
 
 Every call answers a typed message (``actors.contracts.messages``); failures are
 data (``failure``: a ``FailureClass``, and ``message``), never raised, so a broken
-engine is a failed trial and not a broken sweep. The actor is threaded: ``stop``
-may run while ``wait_ready`` is still waiting.
+engine is a failed trial and not a broken sweep. A full disk (``ENOSPC``, ``EDQUOT``,
+``EROFS``: ``actors.contracts.diskspace``) is the one exception: it is the node's, not the
+trial's, so it is raised, and the driver stops the sweep without a result for the trial.
+The actor is threaded: ``stop`` may run while ``wait_ready`` is still waiting.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -48,6 +51,7 @@ import ray
 
 from actors.cgroups import EngineCgroup
 from actors.contracts.config import TrialConfig, resolve_env
+from actors.contracts.diskspace import disk_error
 from actors.contracts.messages import LaunchInfo, Observation, Readiness, StopResult
 from actors.contracts.results import LevelResult
 from actors.contracts.states import FailureClass
@@ -111,6 +115,8 @@ class EngineHostCore:
         try:
             plan = self._build(port)
         except (ValueError, OSError, KeyError) as err:  # e.g. a key the release lacks
+            if disk_error(err) is not None:
+                raise  # the node's disk, not the trial: the driver stops the sweep
             return LaunchInfo(host=socket.gethostname(), node_id=_node_id(),
                               failure=FailureClass.STARTUP_CRASH,
                               message=f"cannot build the launch: {err}")
@@ -132,8 +138,13 @@ class EngineHostCore:
         try:
             self._spawn(plan)
         except (OSError, KeyError) as err:
+            if disk_error(err) is not None and self.proc is not None:
+                with contextlib.suppress(OSError):  # e.g. the watch's list was not written
+                    stop_group(self.proc, self.marker, 10.0, cgroup=self.cgroup)
             if self.cgroup is not None:
                 self.cgroup.remove()
+            if disk_error(err) is not None:
+                raise  # the node's disk, not the trial: the driver stops the sweep
             if isinstance(err, KeyError):  # a ${NAME} the spec refers to is not set here
                 return info.model_copy(update={
                     "failure": FailureClass.STARTUP_CRASH,

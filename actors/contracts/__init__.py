@@ -18,4 +18,6 @@ the project (checked by tests/unit/test_layers.py).
   engine marker's name.
 - ``secrets``: secrets told by name or by value (``secret_reason``), so a spec that would
   store one is refused with the ``${NAME}`` form as the fix.
+- ``diskspace``: a full disk (``ENOSPC``, ``EDQUOT``, ``EROFS``) told from a trial's own
+  failure, through Ray's wrappers, and the room left on a path.
 """

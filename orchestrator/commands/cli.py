@@ -79,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # nothing left to flush at exit
         return 0
     except Exception as err:  # noqa: BLE001 - a bug or environment problem: exit 1, say what
+        from orchestrator.results.diskfull import command_failed
+
+        full = command_failed(err)  # a full disk is the machine's, not a bug: one line
+        if full is not None:
+            print(f"servesweep: {full}", file=sys.stderr)
+            return full.exit_code
         import traceback
 
         traceback.print_exc()

@@ -24,6 +24,7 @@ from typing import Any
 
 import ray
 
+from actors.contracts.diskspace import failure_of_disk
 from actors.contracts.reaping import ReapTarget
 from actors.contracts.results import TrialResult
 from actors.contracts.shapes import ModelShape
@@ -200,6 +201,9 @@ class SweepController:
         if trial.result is not None:
             if trial.result.status is TrialStatus.FAILED:
                 self._reap_attempt(trial)
+                full = failure_of_disk(trial.result.message, trial.result.log_tail, trial.dir)
+                if full is not None:  # the disk's failure, not the trial's: no result for it
+                    raise full  # the sweep stops (``results.diskfull``); ``resume`` reruns it
             if self._retryable(trial.result):
                 self._retry(trial)
             else:

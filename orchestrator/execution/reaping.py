@@ -27,6 +27,7 @@ from pathlib import Path
 from ray.exceptions import GetTimeoutError, RayError
 
 from actors.cgroups import PREFIX
+from actors.contracts.diskspace import disk_error
 from actors.contracts.reaping import NodeReap, ReapTarget
 from actors.ownership import key_is_safe
 from orchestrator.errors import UsageError
@@ -101,7 +102,11 @@ def reap_sweep(cluster: Cluster, ledger: Ledger, reason: str, groups: list[Start
                    killed=killed, reused=sorted(reused), leftovers=leftovers,
                    refused=refused,
                    unreached=sorted(set(gone) | set(failed)))
-    ledger.append(event)
+    try:
+        ledger.append(event)
+    except OSError as err:  # a full disk: reaped, not recorded (the next resume reaps
+        if disk_error(err) is None:  # again); the sweep's own stop says why in one line
+            raise
     return event
 
 

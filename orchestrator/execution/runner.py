@@ -13,6 +13,7 @@ from orchestrator.execution.cluster import Cluster
 from orchestrator.execution.interrupts import InterruptGuard, record_interrupt
 from orchestrator.planning.overheads import process_age_s
 from orchestrator.planning.overheads import record as record_overheads
+from orchestrator.results.diskfull import sweep_stopped
 from orchestrator.results.events import DriverStarted, Reaped
 from orchestrator.results.ledger import Ledger
 from orchestrator.results.lock import DriverLock
@@ -135,6 +136,9 @@ def _guarded(spec: SweepSpec, ledger: Ledger, tracker: Tracker | None, quiet: bo
             for line in outbox.behind_lines():
                 _say(line)
         return INTERRUPTED
+    except OSError as err:  # a full disk: one line, no result for the trial (``diskfull``)
+        sweep_stopped(err, ledger.dir, ledger.sweep_id)
+        raise
     finally:
         if outbox is not None:
             outbox.close()

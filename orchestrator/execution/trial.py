@@ -10,7 +10,8 @@ with the one that finished. The actors answer typed messages
 (``actors.contracts.messages``); what an answer means is decided by the pure
 functions of ``verdicts``; the deadlines come from the spec's ``FailurePolicy``.
 Failures anywhere become a classified ``TrialResult``, never an exception out of
-the controller. ``abort`` stops the server synchronously (Ctrl-C, timeout).
+the controller, except a full disk (``actors.contracts.diskspace``): not the trial's.
+``abort`` stops the server synchronously (Ctrl-C, timeout).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from ray.exceptions import GetTimeoutError, RayError
 
 from actors.contracts.applied import AppliedConfig
+from actors.contracts.diskspace import disk_error
 from actors.contracts.messages import LaunchInfo, Observation, Readiness, StopResult
 from actors.contracts.results import Capacity, LevelResult, TrialResult
 from actors.contracts.shapes import ModelShape
@@ -136,11 +138,16 @@ class TrialExecution:
         What Ray raises is classified by its cause (``execution.failures``): an exception
         of our code in an actor is ``client_error`` (load generator) or ``startup_crash`` /
         ``crash_mid_run`` (engine host) with its type and text; ``node_lost`` only when Ray
-        reports the node or the actor's process gone."""
+        reports the node or the actor's process gone. A full disk behind it (the actor's
+        ``OSError`` with ``ENOSPC``, ``EDQUOT``, ``EROFS``) is no failure of the trial: that
+        ``OSError`` is raised, and the driver stops the sweep (``results.diskfull``)."""
         try:
             value = self.cluster.get(ref)
             return getattr(self, f"_after_{self.phase}")(value)
         except RayError as err:  # the phase's own call, or a blocking call of its handler
+            full = disk_error(err)
+            if full is not None:
+                raise full from None
             return self._fail(*classify_ray_error(err, self.phase))
 
     def _after_place(self, _: Any) -> Any:

@@ -10,6 +10,7 @@ defaults below until there is one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -19,6 +20,7 @@ from pathlib import Path
 from pydantic import Field
 
 from actors.contracts.config import Frozen
+from actors.contracts.diskspace import disk_error
 from actors.contracts.results import TrialResult
 
 __all__ = ["Overheads", "DEFAULTS", "OVERHEADS_FILE", "LEARN_FROM", "learned", "record",
@@ -64,7 +66,8 @@ def trial_overhead_s(result: TrialResult) -> float | None:
 
 def record(sweep_dir: Path, driver_start_s: float | None, ray_start_s: float,
            results: list[TrialResult], report_s: float) -> Overheads:
-    """Write what this sweep measured to ``<sweep>/overheads.json``; returns it."""
+    """Write what this sweep measured to ``<sweep>/overheads.json``; returns it. On a full
+    disk it is not written (the next estimate learns from other sweeps)."""
     per_trial = [x for x in map(trial_overhead_s, results) if x is not None]
     got = Overheads(
         driver_start_s=driver_start_s if driver_start_s is not None
@@ -73,8 +76,14 @@ def record(sweep_dir: Path, driver_start_s: float | None, ray_start_s: float,
         per_trial_s=statistics.median(per_trial) if per_trial else DEFAULTS.per_trial_s,
         report_s=report_s, sweeps=1)
     tmp = sweep_dir / f".{OVERHEADS_FILE}.{os.getpid()}"
-    tmp.write_text(json.dumps({**got.model_dump(), "ts": time.time()}))
-    tmp.replace(sweep_dir / OVERHEADS_FILE)
+    try:
+        tmp.write_text(json.dumps({**got.model_dump(), "ts": time.time()}))
+        tmp.replace(sweep_dir / OVERHEADS_FILE)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if disk_error(err) is None:
+            raise
     return got
 
 

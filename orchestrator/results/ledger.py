@@ -20,6 +20,8 @@ reported on every read that meets it and moved to ``ledger.quarantine.jsonl`` by
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -106,12 +108,19 @@ def spec_diff(a: Any, b: Any, path: str = "") -> list[str]:
 
 
 def atomic_write(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` whole or not at all (a failed write, e.g. a full disk,
+    leaves the old file and no temporary one)."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 class Ledger:
@@ -158,22 +167,32 @@ class Ledger:
 
     # -- writing ----------------------------------------------------------------------------
     def append(self, event: LedgerEvent) -> None:
-        line = seal(event.model_dump_json()) + "\n"
-        with open(self.path, "ab+") as f:
-            f.seek(0, os.SEEK_END)
-            end = f.tell()
+        """Append one sealed line, fsync'd. A write that fails (a full disk: ENOSPC) is cut
+        back off, so the ledger is left as it was, never with half a line."""
+        line = memoryview((seal(event.model_dump_json()) + "\n").encode())
+        with open(self.path, "ab+", buffering=0) as f:  # unbuffered: a failed write is ours
+            end = f.seek(0, os.SEEK_END)
             if end:  # a torn last line (a crash mid-write) is moved aside, not glued onto
                 f.seek(0)
-                data = f.read()
+                data = f.readall()
                 if not data.endswith(b"\n"):
                     start = data.rfind(b"\n") + 1
                     self._set_aside(data[start:].decode(errors="replace"),
                                     data.count(b"\n") + 1)
                     f.truncate(start)
-                f.seek(0, os.SEEK_END)
-            f.write(line.encode())
-            f.flush()
-            os.fsync(f.fileno())
+                end = f.seek(0, os.SEEK_END)
+            try:
+                while line:  # a raw write may be short; the next one then says why
+                    written = f.write(line)
+                    if not written:
+                        raise OSError(errno.EIO, f"nothing written to {self.path}")
+                    line = line[written:]
+                os.fsync(f.fileno())
+            except OSError:
+                with contextlib.suppress(OSError):
+                    f.truncate(end)
+                    os.fsync(f.fileno())
+                raise
 
     def _set_aside(self, torn: str, line: int) -> None:
         """Keep a torn last line's bytes in the quarantine file before the ledger drops

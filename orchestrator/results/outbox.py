@@ -8,6 +8,11 @@ unreachable, slow, locked, dying) stays at the head of the queue and is tried ag
 tracking URI and the command that catches MLflow up later (``servesweep sync SWEEP``).
 Nothing from MLflow is ever raised into the controller.
 
+MLflow's own loggers (and SQLAlchemy's and alembic's under it) are routed by
+``route_store_logs`` when the thread starts: a record that carries an exception (a write
+that failed: the outbox says it in its one line) prints nothing, any other warning one line,
+once; never a traceback among the sweep's lines.
+
 At the end of a sweep ``drain`` waits a bounded time: the writes go on while they succeed
 and stop at the first failure or at the deadline. What is left stays pending: the ledger
 has it, and ``sync`` writes it (``behind_lines`` says so). ``close`` stops the thread; a
@@ -16,6 +21,8 @@ write cut short there (a run left RUNNING) is completed by the next ``sync`` or 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
 import threading
 import time
@@ -32,10 +39,52 @@ if TYPE_CHECKING:
     from orchestrator.results.ledger import Ledger
     from orchestrator.spec import SweepSpec
 
-__all__ = ["TrackingOutbox", "RETRY_S"]
+__all__ = ["TrackingOutbox", "RETRY_S", "STORE_LOGGERS", "route_store_logs"]
 
 #: seconds between attempts while MLflow fails (the last one repeats)
 RETRY_S = (2.0, 5.0, 10.0, 20.0, 30.0)
+#: the loggers of MLflow's client and of the stores under it
+STORE_LOGGERS = ("mlflow", "sqlalchemy", "alembic")
+
+
+class _OneLine(logging.Handler):
+    """A store's log record as at most one line on stderr, never a traceback. A record with
+    an exception is dropped: the exception reaches the outbox, which says it once (a full
+    disk made MLflow log seven tracebacks for one failed write). Each text prints once."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._said: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info or record.exc_text:
+            return
+        try:
+            text = " ".join((record.getMessage().strip().splitlines() or [""])[0].split())
+        except Exception:  # noqa: BLE001 - a record that does not format says nothing
+            return
+        if not text or text in self._said:
+            return
+        self._said.add(text)
+        with contextlib.suppress(OSError, ValueError):
+            print(f"servesweep: MLflow log ({record.name}): {text[:200]}", file=sys.stderr,
+                  flush=True)
+
+
+_HANDLER = _OneLine()
+
+
+def route_store_logs() -> None:
+    """Send ``STORE_LOGGERS`` to one ``_OneLine`` handler instead of their own (MLflow
+    installs its handler when imported: imported first, then replaced)."""
+    import mlflow  # noqa: F401 - its import configures its loggers
+
+    for name in STORE_LOGGERS:
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.addHandler(_HANDLER)
+        logger.propagate = False
 
 
 @dataclass(frozen=True)
@@ -156,6 +205,9 @@ class TrackingOutbox:
             self._cond.notify_all()
 
     def _work(self) -> None:
+        if isinstance(self.tracker, Tracker):  # MLflow's, not a test's stand-in
+            with contextlib.suppress(Exception):  # MLflow missing: each write says so
+                route_store_logs()
         streak = 0  # failures in a row
         while True:
             with self._cond:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from actors.contracts.results import TrialResult
 from orchestrator.planning.plan import plan_sweep
+from orchestrator.results.diskfull import report_not_written
 from orchestrator.results.events import DriverStarted, Interrupted, Scheduled
 from orchestrator.results.ledger import Ledger, atomic_write
 from orchestrator.results.page import build_sections, render_html, render_markdown
@@ -66,7 +67,17 @@ def _label(config: dict[str, object], key: str) -> str:
 
 
 def write_report(spec: SweepSpec, ledger: Ledger, tracking_hint: str = "") -> ReportFolder:
-    """Write every file of the report folder from the ledger (atomically, file by file)."""
+    """Write every file of the report folder from the ledger (atomically, file by file). A
+    full disk raises ``DiskFull`` (one line: the ledger is intact, `servesweep report`
+    writes the folder again)."""
+    try:
+        return _write_report(spec, ledger, tracking_hint)
+    except OSError as err:
+        report_not_written(err, ledger.dir / "report", ledger.sweep_id)  # a full disk
+        raise
+
+
+def _write_report(spec: SweepSpec, ledger: Ledger, tracking_hint: str) -> ReportFolder:
     results = ledger.results()
     ordered = list(results.values())
     unfinished, interrupted = unfinished_trials(spec, ledger, results)
