@@ -28,7 +28,7 @@ from typing import Any
 from orchestrator.results.events import EventKind, Interrupted
 from orchestrator.results.ledger import Ledger
 
-__all__ = ["InterruptGuard", "check", "deferred", "handled", "record_interrupt"]
+__all__ = ["InterruptGuard", "check", "deferred", "held", "handled", "record_interrupt"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _active: InterruptGuard | None = None
@@ -109,9 +109,31 @@ def deferred() -> Iterator[None]:
     guard.check()
 
 
+@contextmanager
+def held() -> Iterator[None]:
+    """SIGINT and SIGTERM blocked for the block, for a call that may leave them at the
+    system's default (``ray.shutdown``: Ray's core undoes its handler to SIG_DFL, so a
+    SIGTERM then would kill the driver unrecorded). The guard's handlers are put back
+    before they are unblocked, so a signal that came meanwhile reaches the guard. Not for
+    a call that starts processes: they would inherit the block."""
+    if _active is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    try:
+        yield
+    finally:
+        _active.reinstall()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+
+
 def check() -> None:
-    """``check()`` of the active guard; nothing without one (a controller driven by a test)."""
+    """``check()`` of the active guard; nothing without one (a controller driven by a test).
+    It also takes the signals back: Ray's C++ core installs its own SIGTERM handler below
+    Python's (a stack trace, then death by the signal), which ``signal.getsignal`` does not
+    show."""
     if _active is not None:
+        _active.reinstall()
         _active.check()
 
 

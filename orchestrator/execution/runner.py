@@ -167,7 +167,8 @@ def _execute(spec: SweepSpec, ledger: Ledger, outbox: TrackingOutbox | None, qui
                                      cluster=cluster)
         results = controller.run()
     finally:
-        ray.shutdown()
+        with interrupts.deferred(), interrupts.held():  # Ray stopped whole, then the
+            ray.shutdown()  # signal (its core leaves SIGTERM at the default)
     ordered = list(results.values())
     hint = ""
     if outbox is not None:

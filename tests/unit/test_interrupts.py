@@ -12,6 +12,7 @@ from orchestrator.execution.interrupts import (
     check,
     deferred,
     handled,
+    held,
     record_interrupt,
 )
 from orchestrator.results.ledger import Ledger
@@ -66,3 +67,11 @@ def test_an_interrupt_is_recorded_once(tmp_path):
     record_interrupt(ledger, "interrupted by the user")
     record_interrupt(ledger, "interrupted by the user")  # the controller's, then execute's
     assert [e.type for e in ledger.events()].count("interrupted") == 1
+
+
+def test_a_signal_while_held_reaches_the_guard_even_if_the_call_reset_its_handler():
+    with InterruptGuard():
+        with pytest.raises(KeyboardInterrupt):
+            with deferred(), held():
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as ray.shutdown leaves it
+                os.kill(os.getpid(), signal.SIGTERM)  # pending, not fatal
