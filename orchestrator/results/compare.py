@@ -7,15 +7,20 @@ its noise band, the largest of both sweeps' ``noise_band`` and the noise each me
 that config there (the spread between restarts, the spread of rounds); the verdict is
 ``faster`` / ``slower`` beyond the band, else ``within noise``. Per load regime (the A
 spec's regimes): the geometric mean change over the configs matched at all its levels,
-judged against the largest band among them.
+judged against the mean of those configs' own bands (each config's widest level there: one
+noisy config does not widen every other's), and whether the regime's winner changed.
+
+Only the same work compares: ``workload_differences`` names what differs between the two
+sweeps' requests (lengths, API, shared prefix, rate, requests per round, seed, model);
+the command refuses such a pair unless forced, and then every figure says so.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -25,7 +30,14 @@ from orchestrator.results.page import Section, Table, regimes_of
 from orchestrator.spec import SweepSpec
 
 __all__ = ["Verdict", "LevelChange", "RegimeVerdict", "Comparison", "compare_sweeps",
-           "render_comparison_text", "comparison_sections"]
+           "workload_differences", "render_comparison_text", "comparison_sections",
+           "WORKLOADS_DIFFER"]
+
+#: what a comparison of different work says beside every figure
+WORKLOADS_DIFFER = "workloads differ"
+#: the workload settings that define each request's work (the rest: how it is measured)
+WORK_FIELDS = ("prompt_tokens", "output_tokens", "api", "shared_prefix_tokens",
+               "request_rate", "requests_per_round", "seed")
 
 
 class Verdict(StrEnum):
@@ -56,6 +68,9 @@ class RegimeVerdict:
     change: float | None  # geometric mean of b / a, minus 1
     band: float
     verdict: Verdict | None  # None: no config matched
+    winner_a: str | None = None  # the label of each sweep's best config there (SLOs met)
+    winner_b: str | None = None
+    winner_changed: bool | None = None  # None: a sweep has no winner there
 
 
 @dataclass(frozen=True)
@@ -66,12 +81,14 @@ class Comparison:
     regimes: list[RegimeVerdict]
     only_a: list[str]  # labels of configs only sweep A measured
     only_b: list[str]
+    workloads_differ: list[str] = field(default_factory=list)  # forced: what differs
 
     def to_json(self) -> dict[str, Any]:
         return {"sweep_a": self.sweep_a, "sweep_b": self.sweep_b,
                 "levels": [asdict(x) for x in self.levels],
                 "regimes": [asdict(x) for x in self.regimes],
-                "only_a": self.only_a, "only_b": self.only_b}
+                "only_a": self.only_a, "only_b": self.only_b,
+                "workloads_differ": self.workloads_differ}
 
 
 def _per_config(results: list[TrialResult]) -> pd.DataFrame:
@@ -98,6 +115,38 @@ def _verdict(change: float, band: float) -> Verdict:
     return Verdict.WITHIN_NOISE
 
 
+def workload_differences(spec_a: SweepSpec, spec_b: SweepSpec) -> list[str]:
+    """What differs between the two sweeps' requests, one line each (empty: the same
+    work; the levels may differ, only common ones are compared)."""
+    out = []
+    for name in WORK_FIELDS:
+        va, vb = getattr(spec_a.workload, name), getattr(spec_b.workload, name)
+        if va != vb:
+            out.append(f"workload.{name}: {va!r} in A, {vb!r} in B")
+    ma = spec_a.model.model_dump(exclude_none=True)
+    mb = spec_b.model.model_dump(exclude_none=True)
+    if ma != mb:
+        out.append(f"model: {ma} in A, {mb} in B")
+    return out
+
+
+class _Won(NamedTuple):
+    winner_a: str | None
+    winner_b: str | None
+    changed: bool | None
+
+
+def _winners(spec: SweepSpec,
+             results: list[TrialResult]) -> dict[tuple[int, ...], TrialResult | None]:
+    """Each regime's best trial (SLOs met), by the regime's levels (the search names a
+    regime ``c8`` where the page says ``c=8``: the levels are what both mean)."""
+    from orchestrator.planning.regimes import best_per_regime
+
+    levels = spec.search.regime_levels(spec.workload.concurrency)
+    return {tuple(levels[name]): (best[0] if best else None)
+            for name, best in best_per_regime(results, spec).items()}
+
+
 def compare_sweeps(spec_a: SweepSpec, results_a: list[TrialResult], id_a: str,
                    spec_b: SweepSpec, results_b: list[TrialResult], id_b: str) -> Comparison:
     a, b = _per_config(results_a), _per_config(results_b)
@@ -112,45 +161,67 @@ def compare_sweeps(spec_a: SweepSpec, results_a: list[TrialResult], id_a: str,
                                    band, _verdict(change, band), int(r["repeats_a"]),
                                    int(r["repeats_b"])))
     regimes = []
+    best_a, best_b = _winners(spec_a, results_a), _winners(spec_b, results_b)
     for name, levels in regimes_of(spec_a).items():
+        wa, wb = best_a.get(tuple(levels)), best_b.get(tuple(levels))
+        won = _Won(wa.config.label() if wa else None, wb.config.label() if wb else None,
+                   wa.config.identity() != wb.config.identity() if wa and wb else None)
         by_ident: dict[str, list[LevelChange]] = {}
         for x in changes:
             if x.concurrency in levels:
                 by_ident.setdefault(x.identity, []).append(x)
         full = [xs for xs in by_ident.values() if len(xs) == len(levels)]
         if not full:
-            regimes.append(RegimeVerdict(name, levels, 0, None, floor, None))
+            regimes.append(RegimeVerdict(name, levels, 0, None, floor, None, *won))
             continue
         logs = [math.log1p(x.change) for xs in full for x in xs]
         change = math.expm1(sum(logs) / len(logs))
-        band = max(x.band for xs in full for x in xs)
+        band = sum(max(x.band for x in xs) for xs in full) / len(full)  # each config's own
         regimes.append(RegimeVerdict(name, levels, len(full), change, band,
-                                     _verdict(change, band)))
+                                     _verdict(change, band), *won))
     labels_a = dict(zip(a["identity"], a["label"]))
     labels_b = dict(zip(b["identity"], b["label"]))
     return Comparison(id_a, id_b, changes, regimes,
                       sorted(v for k, v in labels_a.items() if k not in labels_b),
-                      sorted(v for k, v in labels_b.items() if k not in labels_a))
+                      sorted(v for k, v in labels_b.items() if k not in labels_a),
+                      workload_differences(spec_a, spec_b))
+
+
+def _winner_text(r: RegimeVerdict) -> str:
+    if r.winner_changed is None:
+        return f"A: {r.winner_a or 'none'}; B: {r.winner_b or 'none'}"
+    return f"changed: {r.winner_a} -> {r.winner_b}" if r.winner_changed else \
+        f"same: {r.winner_a}"
 
 
 def _rows(cmp: Comparison) -> tuple[Table, Table]:
-    regimes = Table(["regime", "levels", "configs", "change", "noise band", "verdict"], [
+    mark = f" ({WORKLOADS_DIFFER})" if cmp.workloads_differ else ""
+    regimes = Table(["regime", "levels", "configs", "change", "noise band", "verdict",
+                     "winner"], [
         [r.regime, ", ".join(map(str, r.levels)), str(r.configs),
-         "-" if r.change is None else f"{100 * r.change:+.1f}%", f"{100 * r.band:.1f}%",
-         r.verdict.value if r.verdict else "no config measured in both"]
+         "-" if r.change is None else f"{100 * r.change:+.1f}%{mark}", f"{100 * r.band:.1f}%",
+         r.verdict.value if r.verdict else "no config measured in both", _winner_text(r)]
         for r in cmp.regimes])
     levels = Table(["config", "conc", "A tok/s", "B tok/s", "change", "noise band", "verdict"], [
         [x.label, str(x.concurrency), f"{x.a_tok_s:,.1f}", f"{x.b_tok_s:,.1f}",
-         f"{100 * x.change:+.1f}%", f"{100 * x.band:.1f}%", x.verdict.value]
+         f"{100 * x.change:+.1f}%{mark}", f"{100 * x.band:.1f}%", x.verdict.value]
         for x in cmp.levels])
     return regimes, levels
+
+
+def _differ_lines(cmp: Comparison) -> list[str]:
+    if not cmp.workloads_differ:
+        return []
+    return [f"{WORKLOADS_DIFFER.upper()} (compared with --force): " +
+            "; ".join(cmp.workloads_differ)]
 
 
 def render_comparison_text(cmp: Comparison) -> str:
     from orchestrator.results.report import table_text
 
     regimes, levels = _rows(cmp)
-    out = [f"B = {cmp.sweep_b} against A = {cmp.sweep_a} (output tok/s, matched by config "
+    out = [*_differ_lines(cmp),
+           f"B = {cmp.sweep_b} against A = {cmp.sweep_a} (output tok/s, matched by config "
            f"identity; {len({x.identity for x in cmp.levels})} config(s) in both)", "",
            "Per load regime:", table_text(regimes.headers, regimes.rows), "",
            "Per config and level:", table_text(levels.headers, levels.rows)]
@@ -163,6 +234,7 @@ def render_comparison_text(cmp: Comparison) -> str:
 def comparison_sections(cmp: Comparison) -> list[Section]:
     regimes, levels = _rows(cmp)
     head = Section("Comparison", "comparison").add(
+        *_differ_lines(cmp),
         f"B = {cmp.sweep_b} against A = {cmp.sweep_a}: output tok/s of the configs both "
         "measured (matched by config identity), each change judged against its noise band.",
         regimes)

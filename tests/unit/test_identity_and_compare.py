@@ -135,14 +135,63 @@ def test_compare_command_text_json_and_page(state_home, capsys):
     for d in (FIXTURES / "h200-sweeps").iterdir():
         if d.is_dir():
             shutil.copytree(d, state_home / "sweeps" / d.name)
-    assert main(["compare", "h200-vllm-2", "h200-vllm-b", "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
-    assert data["levels"] == [] and len(data["only_a"]) == 2 and len(data["only_b"]) == 2
+    # no config in common: nothing to compare, said and refused (it used to print "0 configs")
+    assert main(["compare", "h200-vllm-2", "h200-vllm-b", "--json"]) == 2
+    assert "no config in common" in capsys.readouterr().err
     assert main(["compare", "h200-vllm-2", "h200-vllm-2"]) == 0
     out = capsys.readouterr().out
     assert "within noise" in out and "faster" not in out.split("Per config")[1]
     page = next((state_home / "sweeps").glob("h200-vllm-2*/report/compare-*.html"))
     assert "<table" in page.read_text()
+
+
+def test_compare_refuses_different_work_unless_forced_and_then_marks_every_figure(
+        state_home, capsys):
+    import shutil
+
+    a = state_home / "sweeps" / SWEEP.name
+    shutil.copytree(SWEEP, a)
+    b = state_home / "sweeps" / "h200-vllm-longer-20261203-000000-0000"
+    shutil.copytree(SWEEP, b)
+    spec = yaml.safe_load((b / "spec.yaml").read_text())
+    spec["workload"]["output_tokens"] = 64
+    (b / "spec.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["compare", a.name, b.name]) == 2
+    err = capsys.readouterr().err
+    assert "workload.output_tokens: 256 in A, 64 in B" in err and "--force" in err
+    assert main(["compare", a.name, b.name, "--force", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["workloads_differ"] == ["workload.output_tokens: 256 in A, 64 in B"]
+    assert main(["compare", a.name, b.name, "--force"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("WORKLOADS DIFFER")
+    rows = [ln for ln in out.splitlines() if "%" in ln and "noise band" not in ln]
+    assert rows and all("workloads differ" in ln for ln in rows)  # every figure says so
+
+
+def test_compare_says_when_a_regimes_winner_changed_and_uses_each_configs_own_band():
+    spec = load_spec(SWEEP / "spec.yaml")
+    a, b = _results()
+    wa = winners([a, b], SLO())[0]  # at c=1
+    loser = b if wa.key == a.key else a
+    winner = a if loser is b else b
+    # B: the loser at c=1 is now 30% faster than it was, the winner unchanged
+    cmp = compare_sweeps(spec, [a, b], "A", spec, [winner, _scaled(loser, 1.3)], "B")
+    c1 = cmp.regimes[0]
+    assert c1.levels == [1] and c1.winner_changed is True
+    assert (c1.winner_a, c1.winner_b) == (winner.config.label(), loser.config.label())
+    same = compare_sweeps(spec, [a, b], "A", spec, [a, b], "B")
+    assert {r.winner_changed for r in same.regimes} == {False}
+
+    # one config noisy (rounds 30% apart), the other quiet: the regime's band is the mean
+    # of their own bands, not the noisy one's for both
+    noisy = _scaled(a, 1.12).model_copy(update={"levels": [
+        lv.model_copy(update={"metrics": lv.metrics.model_copy(update={"round_spread": 0.30})})
+        for lv in _scaled(a, 1.12).levels]})
+    cmp = compare_sweeps(spec, [a, b], "A", spec, [noisy, _scaled(b, 1.12)], "B")
+    for r in cmp.regimes:  # the noisy config's band is 0.30, the quiet one's about 0.05
+        assert r.band < 0.20 and r.band > 0.15, r
+        assert r.verdict is Verdict.WITHIN_NOISE  # +12% inside the mean band (about 17.5%)
 
 
 def test_version_and_a_closed_pipe_exit_quietly():
