@@ -25,7 +25,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "model.path is not on this machine")
     p.add_argument("--max-evals", type=int, default=80,
                    help="model evaluations per profile (each predicts every point)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the fit and its errors as JSON")
     p.set_defaults(func=cmd_calibrate)
     return p
 

@@ -90,10 +90,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "capacity", help="explain a saved server log's KV pool for a workload (runs nothing)",
         description=__doc__.split("\n\n")[0])
-    p.add_argument("--engine", required=True, choices=engines_with_a_pool())
+    p.add_argument("--engine", required=True, choices=engines_with_a_pool(),
+                   help="the engine whose log it is")
     p.add_argument("--log", required=True, help="the server's saved startup log")
-    p.add_argument("--prompt-tokens", required=True, type=_positive)
-    p.add_argument("--output-tokens", required=True, type=_positive)
+    p.add_argument("--prompt-tokens", required=True, type=_positive,
+                   help="prompt tokens per request")
+    p.add_argument("--output-tokens", required=True, type=_positive,
+                   help="output tokens per request")
     p.add_argument("--concurrency", required=True, type=_positive, nargs="+",
                    help="one or more concurrency levels")
     p.add_argument("--block-size", type=_positive,
@@ -103,7 +106,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--policy", choices=ADMISSION_POLICIES,
                    help="admission policy (default: the engine's: vllm preempts, trtllm "
                         "GUARANTEED_NO_EVICT)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the capacity as JSON")
     p.set_defaults(func=cmd_capacity)
     return p
 

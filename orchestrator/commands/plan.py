@@ -17,10 +17,10 @@ __all__ = ["add_parser", "cmd_plan"]
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("plan", help="list trials and infeasible ones (starts nothing)")
-    p.add_argument("spec")
+    p.add_argument("spec", help="the sweep spec (YAML): search_spaces/ has examples")
     p.add_argument("--predict", action="store_true",
                    help="add the performance model's predictions and the sweep's duration")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=cmd_plan)
     return p
 

@@ -20,15 +20,16 @@ __all__ = ["add_parser", "cmd_run", "cmd_resume"]
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("run", help="run a sweep from a YAML spec")
-    p.add_argument("spec")
+    p.add_argument("spec", help="the sweep spec (YAML): search_spaces/ has examples")
     p.add_argument("--quiet", action="store_true", help="no per-level progress lines")
     p.add_argument("--no-mlflow", action="store_true", help="ledger only, no MLflow tracking")
     p.set_defaults(func=cmd_run)
     p = subparsers.add_parser("resume",
                               help="finish a sweep whose driver stopped (Ctrl-C, crash)")
     p.add_argument("sweep", help="sweep id (or a unique prefix) or 'latest'")
-    p.add_argument("--quiet", action="store_true")
-    p.add_argument("--no-mlflow", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no per-level progress lines")
+    p.add_argument("--no-mlflow", action="store_true",
+                   help="ledger only, no MLflow tracking (`servesweep sync` later)")
     p.set_defaults(func=cmd_resume)
     return p
 

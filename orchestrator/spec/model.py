@@ -10,12 +10,15 @@ are applied through ``EngineRules`` (``orchestrator.spec.rules``).
 
 from __future__ import annotations
 
+import difflib
 import enum
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from actors.contracts.config import (
     Frozen,
@@ -210,6 +213,42 @@ def _check_extra_params(spec: SweepSpec) -> None:
                                      f"engine {engine!r}: {why}") from None
 
 
+def _unwrap(tp: Any) -> Any:
+    """``list[X]``, ``dict[str, X]``, ``X | None`` -> ``X``."""
+    while typing.get_origin(tp) in (list, dict, typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        tp = args[-1] if args else None
+    return tp
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model a location's last part is a field of (``space[0].tpp``: the
+    space entry's); None where the path leaves the models."""
+    current: Any = SweepSpec
+    for part in loc[:-1]:
+        current = _unwrap(current)
+        if isinstance(part, int) or not (isinstance(current, type)
+                                         and issubclass(current, BaseModel)):
+            continue  # a list index, or a dict's key: the unwrapped type stands
+        field = current.model_fields.get(part)
+        if field is None:
+            return None
+        current = field.annotation
+    current = _unwrap(current)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unknown_field(loc: tuple[Any, ...]) -> str:
+    """"not a field" with the nearest allowed name and the allowed ones."""
+    model = _model_at(loc)
+    if model is None:
+        return "not a field here"
+    names = sorted(model.model_fields)
+    near = difflib.get_close_matches(str(loc[-1]), names, n=1)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    return f"not a field here; {hint}allowed: {', '.join(names)}"
+
+
 def format_validation_error(err: ValidationError, source: str = "spec") -> str:
     lines = [f"{source}: {err.error_count()} problem(s)"]
     for e in err.errors():
@@ -217,6 +256,8 @@ def format_validation_error(err: ValidationError, source: str = "spec") -> str:
         for part in e["loc"]:
             loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
         msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = _unknown_field(tuple(e["loc"]))
         got = e.get("input")
         hide = e["type"] in ("missing", SECRET_ERROR) or isinstance(got, dict)
         got_txt = "" if hide else f" (got {got!r})"

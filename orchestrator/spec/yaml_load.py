@@ -93,6 +93,7 @@ def load_yaml(text: str, origin: str) -> Any:
         raise SpecError(f"{origin}: {size:,} bytes; a spec may have at most {MAX_BYTES:,} "
                         "(list long value sets as a range, or point workload at a file)")
     loader = _Loader(text)
+    loader.name = str(origin)  # marks name the file, not "<unicode string>"
     try:
         data = loader.get_single_data()
     except SpecError as err:

@@ -36,7 +36,7 @@ def test_unknown_field_is_rejected_with_its_path():
     data["workload"]["prompt_tokenz"] = 5
     msg = _err(data)
     assert "workload.prompt_tokenz" in msg
-    assert "Extra inputs are not permitted" in msg
+    assert "not a field here; did you mean 'prompt_tokens'?" in msg
 
 
 def test_missing_required_field():

@@ -1,0 +1,57 @@
+"""What a person reads when a command or a spec is wrong (issue 32 item 5): every option
+has help, an unknown spec field names the nearest allowed one and all of them, and a YAML
+error names the file it is in."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from orchestrator.commands.cli import build_parser
+from orchestrator.errors import SpecError
+from orchestrator.spec import load_spec, parse_spec
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_option_of_every_command_has_help():
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    missing = [f"{name} {a.option_strings or a.dest}" for name, p in sub.choices.items()
+               for a in p._actions
+               if not isinstance(a, argparse._HelpAction) and not (a.help or "").strip()]
+    assert missing == []
+
+
+@pytest.mark.parametrize("where,typo,near", [
+    ("workload", "warmpu_requests", "warmup_requests"),
+    ("space", "tpp", "tp"),
+    ("launch", "pyton", "python"),
+    ("slo", "ttft_p99", "ttft_p99_ms"),
+])
+def test_an_unknown_field_names_the_nearest_and_the_allowed_ones(where, typo, near):
+    spec = {"name": "x", "model": {"preset": "llama-3.1-8b"},
+            "workload": {"prompt_tokens": 8, "output_tokens": 8, "concurrency": [1]},
+            "space": [{"engine": "sim"}]}
+    if where == "workload":
+        spec["workload"][typo] = 2
+    elif where == "space":
+        spec["space"][0][typo] = 2
+    elif where == "launch":
+        spec["space"][0]["launch"] = {typo: "x"}
+    else:
+        spec["slo"] = {typo: 3}
+    with pytest.raises(SpecError) as err:
+        parse_spec(spec)
+    text = str(err.value)
+    assert f"{typo}: not a field here; did you mean {near!r}? allowed: " in text
+    assert "Extra inputs are not permitted" not in text
+
+
+def test_a_yaml_error_names_the_file(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: x\nworkload: {prompt_tokens: 8\n")
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert f'in "{path}", line 2' in str(err.value) and "<unicode string>" not in str(err.value)
