@@ -14,6 +14,7 @@ Ctrl-C included (every started engine process is stopped).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -68,8 +69,20 @@ def connect_ray(spec: SweepSpec) -> None:
         kwargs.update(address="local", num_gpus=spec.cluster.gpus, num_cpus=spec.cluster.cpus)
     else:
         kwargs.update(address=spec.cluster.address)
+    logging.getLogger(_RAY_AUTH_LOGGER).addFilter(_said_in_readme)
     with interrupts.deferred(), _ray_keeps_our_sigterm():
         ray.init(**kwargs)
+
+
+#: Ray's logger of token authentication, and the one line of it the README says instead
+_RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+_AUTH_ENABLED = "Token authentication is enabled for this Ray cluster"
+
+
+def _said_in_readme(record: logging.LogRecord) -> bool:
+    """A logging filter: drop Ray's "token authentication is enabled" line (README
+    "Security" says it once; on every run it was noise); keep everything else it says."""
+    return _AUTH_ENABLED not in record.getMessage()
 
 
 @contextmanager

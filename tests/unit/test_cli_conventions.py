@@ -55,3 +55,21 @@ def test_a_yaml_error_names_the_file(tmp_path):
     with pytest.raises(SpecError) as err:
         load_spec(path)
     assert f'in "{path}", line 2' in str(err.value) and "<unicode string>" not in str(err.value)
+
+
+def test_rays_token_auth_line_is_left_to_the_readme_and_its_other_warnings_kept():
+    import logging
+
+    from orchestrator.execution.controller import _RAY_AUTH_LOGGER, _said_in_readme
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord(_RAY_AUTH_LOGGER, logging.WARNING, __file__, 1, msg, None,
+                                 None)
+
+    assert not _said_in_readme(record(
+        "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled "
+        "to opt out."))
+    assert _said_in_readme(record("Token authentication is disabled: anyone on the network "
+                                  "can run code"))
+    readme = (__import__("tests.conftest", fromlist=["ROOT"]).ROOT / "README.md").read_text()
+    assert "Token authentication is enabled for\n  this Ray cluster" in readme
