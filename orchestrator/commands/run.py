@@ -72,12 +72,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         ledger = Ledger.create(Path(args.spec).read_text(), spec.name, root)
         try:
             n_ok = sum(p.feasible for p in planned)
-            _print(f"sweep {ledger.sweep_id}: {len(planned)} trials ({n_ok} to run, "
-                   f"{len(planned) - n_ok} infeasible) on {spec.hardware}; state in "
-                   f"{ledger.dir}")
+            _print(f"sweep {ledger.sweep_id}: {_header(spec, len(planned), n_ok)} on "
+                   f"{spec.hardware}; state in {ledger.dir}")
             tracker = None if args.no_mlflow else Tracker(root)
             with DriverLock(ledger.dir).acquire("run"):  # one driver per sweep, its life
-                return execute(spec, ledger, tracker, args.quiet, n_ok)
+                return execute(spec, ledger, tracker, args.quiet, _to_run(spec, n_ok))
         except KeyboardInterrupt:
             return _interrupted(ledger)
 
@@ -96,6 +95,27 @@ def cmd_resume(args: argparse.Namespace) -> int:
             return _resume(args, ledger, spec)
         except KeyboardInterrupt:
             return _interrupted(ledger)
+
+
+def _to_run(spec: SweepSpec, feasible: int) -> int:
+    """How many trials the sweep will run: every feasible one on a grid, at most the
+    budget's trials under a search."""
+    budget = spec.search.budget
+    if spec.search.kind == "grid" or budget is None or budget.trials is None:
+        return feasible
+    return min(feasible, budget.trials)
+
+
+def _header(spec: SweepSpec, planned: int, feasible: int) -> str:
+    """The run's first line: trials on a grid; candidates and the budget under a search
+    (an 8-trial search of 128 candidates said "128 trials (128 to run)")."""
+    infeasible = planned - feasible
+    if spec.search.kind == "grid":
+        return f"{planned} trials ({feasible} to run, {infeasible} infeasible)"
+    budget = spec.search.budget
+    limit = f"at most {budget.describe()} (search.budget)" if budget else "until it stops"
+    return (f"a {spec.search.sampler.value} search of {planned} candidate configs ({feasible} "
+            f"feasible, {infeasible} infeasible) that runs {limit}")
 
 
 def _cluster_accepts_us(spec: SweepSpec) -> None:

@@ -73,3 +73,17 @@ def test_rays_token_auth_line_is_left_to_the_readme_and_its_other_warnings_kept(
                                   "can run code"))
     readme = (__import__("tests.conftest", fromlist=["ROOT"]).ROOT / "README.md").read_text()
     assert "Token authentication is enabled for\n  this Ray cluster" in readme
+
+
+def test_the_run_header_under_a_budget_states_the_candidates_and_the_budget():
+    from orchestrator.commands.run import _header, _to_run
+    from tests.conftest import ROOT
+
+    spec = load_spec(ROOT / "search_spaces" / "search-tpe-regimes.yaml")
+    assert _header(spec, 128, 120) == ("a tpe search of 128 candidate configs (120 feasible, "
+                                       "8 infeasible) that runs at most 8 trials, 1 GPU-h "
+                                       "(search.budget)")
+    assert _to_run(spec, 120) == 8  # the progress counts to 8, not to 128
+    grid = load_spec(ROOT / "search_spaces" / "quickstart.yaml")
+    assert _header(grid, 4, 3) == "4 trials (3 to run, 1 infeasible)"
+    assert _to_run(grid, 3) == 3
