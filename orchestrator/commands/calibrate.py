@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import asdict
 from typing import Any
 
 import yaml
 
+from orchestrator.commands.output import document
 from orchestrator.errors import EXIT_OK, UsageError
 from orchestrator.results.calibrate import calibrate, collect_points
 
@@ -63,7 +63,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     out.write_text("# servesweep calibrate: paste into a spec to plan with these factors\n"
                    + yaml.safe_dump(snippet, sort_keys=False))
     if args.json:
-        print(json.dumps({n: asdict(r) for n, r in results.items()}, indent=1, default=str))
+        print(document("calibrate", {"profiles": {n: asdict(r) for n, r in results.items()}}))
         return EXIT_OK
     for name, r in results.items():
         print(f"profile {name}: {len(groups[name])} measured levels, {r.evaluations} "

@@ -26,7 +26,6 @@ non-attention state slots in the latter).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 from actors.contracts.kv import KvPool
 from actors.engines import EngineAdapter, LogEvent, adapter_names, get_adapter
+from orchestrator.commands.output import document
 from orchestrator.errors import EXIT_OK, UsageError
 from orchestrator.planning.capacity import LevelPrediction, length_rejection, predict_level
 
@@ -261,5 +261,5 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     report = explain_log(args.engine, text, args.prompt_tokens, args.output_tokens,
                          list(args.concurrency), args.block_size, metrics, args.policy,
                          log=args.log)
-    print(json.dumps(asdict(report), indent=1) if args.json else render_text(report), flush=True)
+    print(document("capacity", asdict(report)) if args.json else render_text(report), flush=True)
     return EXIT_OK

@@ -10,10 +10,10 @@ differ") or when they measured no config in common.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
+from orchestrator.commands.output import document
 from orchestrator.errors import EXIT_OK, UsageError
 
 __all__ = ["add_parser", "cmd_compare"]
@@ -63,7 +63,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     atomic_write(page, render_html(f"servesweep compare: {lb.sweep_id} against {la.sweep_id}",
                                    comparison_sections(cmp)))
     if args.json:
-        print(json.dumps(cmp.to_json(), indent=1), flush=True)
+        print(document("compare", cmp.to_json()), flush=True)
     else:
         print(render_comparison_text(cmp), flush=True)
         print(f"\npage: {page}", flush=True)

@@ -14,6 +14,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from orchestrator.commands.output import json_result
 from orchestrator.errors import EXIT_OK
 
 __all__ = ["add_parser", "cmd_export"]
@@ -29,6 +30,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "search.regimes in the spec, one per concurrency level: c=N)")
     p.add_argument("--out", metavar="DIR", type=Path,
                    help="where to write (default: the sweep's folder /export)")
+    p.add_argument("--json", action="store_true",
+                   help="print what was exported as one JSON document (per regime: the "
+                        "winner, the folder and its files)")
     p.set_defaults(func=cmd_export)
     return p
 
@@ -41,7 +45,17 @@ def cmd_export(args: argparse.Namespace) -> int:
     ledger = Ledger.open(args.sweep)
     spec = load_spec(ledger.dir / "spec.yaml")
     out = (args.out or ledger.dir / "export").resolve()
-    exports = export_sweep(spec, ledger, out, args.regime)
+    with json_result(getattr(args, "json", False), "export") as doc:
+        exports = export_sweep(spec, ledger, out, args.regime)
+        _say_exports(exports, out)
+        doc.update(sweep_id=ledger.sweep_id, export_json=str(out / "export.json"), regimes=[
+            {"regime": e.winner.regime, "winner": e.winner.label, "key": e.winner.key,
+             "note": e.winner.note, "dir": str(e.dir), "files": sorted(e.files)}
+            for e in exports])
+    return EXIT_OK
+
+
+def _say_exports(exports: list[Any], out: Path) -> None:
     for e in exports:
         w = e.winner
         if w.key is None:
@@ -54,4 +68,3 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"{w.regime}: {w.label} ({form}) -> {e.dir}/  "
               f"[{', '.join(sorted(e.files))}]", flush=True)
     print(f"\nexport: {out}/export.json", flush=True)
-    return EXIT_OK

@@ -27,6 +27,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from orchestrator.commands.output import json_result, sweep_document
 from orchestrator.commands.sync import sync_sweep
 from orchestrator.errors import EXIT_OK, ServesweepError, UsageError
 from orchestrator.results.ledger import Ledger, atomic_write, state_root
@@ -53,6 +54,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("path", help="a sweep folder or a .tar.gz/.tgz/.tar of one")
     p.add_argument("--no-mlflow", action="store_true",
                    help="do not log it to MLflow now (`servesweep sync SWEEP` later)")
+    p.add_argument("--json", action="store_true",
+                   help="print the imported sweep as one JSON document (id, what the import "
+                        "did, trials, report, winners)")
     p.set_defaults(func=cmd_import)
     return p
 
@@ -62,6 +66,13 @@ def _say(text: str) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    with json_result(getattr(args, "json", False), "import") as doc:
+        ledger, outcome = _import(args)
+        doc.update(sweep_document(ledger, EXIT_OK), outcome=outcome.value)
+    return EXIT_OK
+
+
+def _import(args: argparse.Namespace) -> tuple[Ledger, Outcome]:
     path = Path(args.path)
     ledger, outcome, before = import_sweep(path)
     results = ledger.results()
@@ -89,7 +100,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             raise ServesweepError(f"sweep {ledger.sweep_id} is imported and latest, but its "
                                   f"MLflow runs are not: {err}") from None
     _say(f"see it: servesweep report {ledger.sweep_id}")
-    return EXIT_OK
+    return ledger, outcome
 
 
 def import_sweep(path: Path) -> tuple[Ledger, Outcome, int]:

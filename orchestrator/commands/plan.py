@@ -4,9 +4,9 @@ their reasons, and with ``--predict`` the performance model's numbers; starts no
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.commands.output import document
 from orchestrator.errors import EXIT_OK
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
              "prediction": (preds[p.config.key()].levels if p.config.key() in preds else None)}
             for p in planned], "estimated_sweep_s": total_s,
             "overheads": overheads.model_dump() if args.predict else None}
-        _print(json.dumps(out, indent=1))
+        _print(document("plan", out))
         return EXIT_OK
     _print(f"{spec.name}: {len(planned)} trials, {len(feasible)} to run, "
            f"{len(planned) - len(feasible)} infeasible; concurrency {spec.workload.concurrency}; "

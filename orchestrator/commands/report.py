@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Any
 
+from orchestrator.commands.output import document
 from orchestrator.errors import EXIT_OK
 
 __all__ = ["add_parser", "cmd_report"]
@@ -41,7 +42,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     spec = load_spec(ledger.dir / "spec.yaml")
     report = write_report(spec, ledger)
     if args.json:
-        print(json.dumps(json.loads((report.dir / "report.json").read_text()), indent=1),
+        print(document("report", json.loads((report.dir / "report.json").read_text())),
               flush=True)
     else:
         print(report.text, flush=True)

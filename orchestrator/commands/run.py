@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.commands.output import json_result, sweep_document
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_OK
 from orchestrator.execution.interrupts import InterruptGuard
 from orchestrator.results.lock import DriverLock
@@ -17,12 +18,16 @@ if TYPE_CHECKING:
 
 __all__ = ["add_parser", "cmd_run", "cmd_resume"]
 
+_JSON_HELP = ("print the sweep's outcome as one JSON document (id, exit code, trials, report, "
+              "winners); progress goes to stderr")
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("run", help="run a sweep from a YAML spec")
     p.add_argument("spec", help="the sweep spec (YAML): search_spaces/ has examples")
     p.add_argument("--quiet", action="store_true", help="no per-level progress lines")
     p.add_argument("--no-mlflow", action="store_true", help="ledger only, no MLflow tracking")
+    p.add_argument("--json", action="store_true", help=_JSON_HELP)
     p.set_defaults(func=cmd_run)
     p = subparsers.add_parser("resume",
                               help="finish a sweep whose driver stopped (Ctrl-C, crash)")
@@ -30,6 +35,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no per-level progress lines")
     p.add_argument("--no-mlflow", action="store_true",
                    help="ledger only, no MLflow tracking (`servesweep sync` later)")
+    p.add_argument("--json", action="store_true", help=_JSON_HELP)
     p.set_defaults(func=cmd_resume)
     return p
 
@@ -50,6 +56,14 @@ def _nothing_to_run(spec_name: str, planned: list) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a sweep. Bad input exits 2 and a spec whose every trial is infeasible exits 0,
     both before anything is created (no Ray, no MLflow store, no sweep folder)."""
+    with json_result(getattr(args, "json", False), "run") as doc:
+        code, ledger = _run(args)
+        doc.update(sweep_document(ledger, code) if ledger is not None
+                   else {"sweep_id": None, "exit_code": code, "trials": {}})
+    return code
+
+
+def _run(args: argparse.Namespace) -> tuple[int, Ledger | None]:
     from orchestrator.results.ledger import Ledger, state_root
     from orchestrator.spec import load_spec
     from orchestrator.spec.model import preflight
@@ -61,7 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     planned = plan_sweep(spec)
     if not any(p.feasible for p in planned):  # the cluster's node sizes only prune more
-        return _nothing_to_run(spec.name, planned)
+        return _nothing_to_run(spec.name, planned), None
     from orchestrator.execution.runner import execute, reap_orphans
     from orchestrator.results.tracking import Tracker
 
@@ -76,9 +90,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                    f"{spec.hardware}; state in {ledger.dir}")
             tracker = None if args.no_mlflow else Tracker(root)
             with DriverLock(ledger.dir).acquire("run"):  # one driver per sweep, its life
-                return execute(spec, ledger, tracker, args.quiet, _to_run(spec, n_ok))
+                return execute(spec, ledger, tracker, args.quiet, _to_run(spec, n_ok)), ledger
         except KeyboardInterrupt:
-            return _interrupted(ledger)
+            return _interrupted(ledger), ledger
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -90,11 +104,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
     spec = load_spec(ledger.dir / "spec.yaml")
     _cluster_accepts_us(spec)
     # refused at once while the sweep's driver lives: its engines are never touched
-    with DriverLock(ledger.dir).acquire("resume"), InterruptGuard():
+    with json_result(getattr(args, "json", False), "resume") as doc, \
+            DriverLock(ledger.dir).acquire("resume"), InterruptGuard():
         try:
-            return _resume(args, ledger, spec)
+            code = _resume(args, ledger, spec)
         except KeyboardInterrupt:
-            return _interrupted(ledger)
+            code = _interrupted(ledger)
+        doc.update(sweep_document(ledger, code))
+    return code
 
 
 def _to_run(spec: SweepSpec, feasible: int) -> int:

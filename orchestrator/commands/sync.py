@@ -16,6 +16,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.commands.output import json_result
 from orchestrator.errors import EXIT_OK, ServesweepError
 from orchestrator.results.lock import DriverLock
 
@@ -29,6 +30,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("sync", help="bring a sweep's MLflow runs up to date with its "
                                            "ledger (idempotent)")
     p.add_argument("sweep", help="sweep id (or a unique prefix) or 'latest'")
+    p.add_argument("--json", action="store_true",
+                   help="print the outcome as one JSON document (the runs created, "
+                        "repaired, unchanged)")
     p.set_defaults(func=cmd_sync)
     old = subparsers.add_parser("track", help="the old name of `sync`")
     old.add_argument("sweep", help="sweep id (or a unique prefix) or 'latest'")
@@ -54,12 +58,15 @@ def mlflow_errors() -> tuple[type[BaseException], ...]:
 def cmd_sync(args: argparse.Namespace) -> int:
     from orchestrator.results.ledger import Ledger
 
-    print(sync_sweep(Ledger.open(args.sweep)), flush=True)
+    ledger = Ledger.open(args.sweep)
+    with json_result(getattr(args, "json", False), "sync") as doc:
+        print(sync_sweep(ledger, doc), flush=True)
     return EXIT_OK
 
 
-def sync_sweep(ledger: Ledger) -> str:
-    """Bring ``ledger``'s MLflow runs up to date; returns the one-line summary. Raises
+def sync_sweep(ledger: Ledger, doc: dict[str, Any] | None = None) -> str:
+    """Bring ``ledger``'s MLflow runs up to date; returns the one-line summary (``doc``,
+    when given, receives the same as fields for ``--json``). Raises
     ``ServesweepError`` (saying to sync again) when MLflow fails, ``SweepBusy`` while a
     driver runs the sweep."""
     from orchestrator.results.ledger import state_root
@@ -76,6 +83,11 @@ def sync_sweep(ledger: Ledger) -> str:
         raise ServesweepError(f"MLflow at {tracker.uri} failed ({describe_error(err)}); the "
                               f"ledger is unchanged: run `servesweep sync {ledger.sweep_id}` "
                               "again once MLflow answers") from None
+    if doc is not None:
+        doc.update(sweep_id=ledger.sweep_id, tracking_uri=tracker.uri,
+                   parent_run_id=tracker.parent_id, parent_status=status,
+                   runs=dict(created=counts.created, repaired=counts.repaired,
+                             unchanged=counts.unchanged, removed=counts.removed))
     removed = f", {counts.removed} duplicate run(s) deleted" if counts.removed else ""
     return (f"synced sweep {ledger.sweep_id} to {tracker.uri}: parent run {tracker.parent_id} "
             f"{status}; {counts.total()} trial run(s): {counts.created} created, "
