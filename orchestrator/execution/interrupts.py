@@ -18,6 +18,7 @@ before it exits 130.
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import threading
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from typing import Any
 from orchestrator.results.events import EventKind, Interrupted
 from orchestrator.results.ledger import Ledger
 
-__all__ = ["InterruptGuard", "check", "deferred", "held", "handled", "record_interrupt"]
+__all__ = ["InterruptGuard", "check", "deferred", "kept", "handled", "record_interrupt"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _active: InterruptGuard | None = None
@@ -109,22 +110,49 @@ def deferred() -> Iterator[None]:
     guard.check()
 
 
+class _SigAction(ctypes.Structure):
+    """glibc's ``struct sigaction`` (Linux): handler, mask, flags, restorer."""
+
+    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16),
+                ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
+
+
 @contextmanager
-def held() -> Iterator[None]:
-    """SIGINT and SIGTERM blocked for the block, for a call that may leave them at the
-    system's default (``ray.shutdown``: Ray's core undoes its handler to SIG_DFL, so a
-    SIGTERM then would kill the driver unrecorded). The guard's handlers are put back
-    before they are unblocked, so a signal that came meanwhile reaches the guard. Not for
-    a call that starts processes: they would inherit the block."""
-    if _active is None or threading.current_thread() is not threading.main_thread():
+def kept() -> Iterator[None]:
+    """For a call that resets SIGINT or SIGTERM to the default below Python, where
+    ``signal.getsignal`` does not see it (``ray.shutdown``: Ray's core does, about 0.3 s
+    into its 1.5 s, so a SIGTERM then killed the driver unrecorded): a watcher thread puts
+    the process's own action back within a millisecond of each reset (``sigaction``
+    through ctypes; without glibc nothing is watched), and the guard's handlers are
+    reinstalled after the call."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        saved = {sig: _SigAction() for sig in _SIGNALS}
+        for sig, act in saved.items():
+            if libc.sigaction(int(sig), None, ctypes.byref(act)) != 0:
+                raise OSError(ctypes.get_errno(), "sigaction")
+    except (OSError, AttributeError):
         yield
         return
-    signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    done = threading.Event()
+
+    def watch() -> None:
+        now = _SigAction()
+        while not done.wait(0.001):
+            for sig, act in saved.items():
+                libc.sigaction(int(sig), None, ctypes.byref(now))
+                if now.handler != act.handler:
+                    libc.sigaction(int(sig), ctypes.byref(act), None)
+
+    watcher = threading.Thread(target=watch, name="servesweep-signals", daemon=True)
+    watcher.start()
     try:
         yield
     finally:
-        _active.reinstall()
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+        done.set()
+        watcher.join()
+        if _active is not None:
+            _active.reinstall()
 
 
 def check() -> None:

@@ -167,8 +167,8 @@ def _execute(spec: SweepSpec, ledger: Ledger, outbox: TrackingOutbox | None, qui
                                      cluster=cluster)
         results = controller.run()
     finally:
-        with interrupts.deferred(), interrupts.held():  # Ray stopped whole, then the
-            ray.shutdown()  # signal (its core leaves SIGTERM at the default)
+        with interrupts.deferred(), interrupts.kept():  # Ray stopped whole, then the
+            ray.shutdown()  # signal (its core resets SIGTERM to the default meanwhile)
     ordered = list(results.values())
     hint = ""
     if outbox is not None:
@@ -183,7 +183,7 @@ def _execute(spec: SweepSpec, ledger: Ledger, outbox: TrackingOutbox | None, qui
     text = report.text
     behind: list[str] = []
     if outbox is not None:
-        summary = {**sweep_summary(ordered), "wall_s": time.monotonic() - t0}
+        summary = {**sweep_summary(ordered, spec), "wall_s": time.monotonic() - t0}
         outbox.end(summary, report.files(), "FINISHED")
         if not outbox.drain(END_WAIT_S):
             behind = outbox.behind_lines()

@@ -12,7 +12,7 @@ from orchestrator.execution.interrupts import (
     check,
     deferred,
     handled,
-    held,
+    kept,
     record_interrupt,
 )
 from orchestrator.results.ledger import Ledger
@@ -69,9 +69,16 @@ def test_an_interrupt_is_recorded_once(tmp_path):
     assert [e.type for e in ledger.events()].count("interrupted") == 1
 
 
-def test_a_signal_while_held_reaches_the_guard_even_if_the_call_reset_its_handler():
+def test_a_signal_after_a_call_reset_its_action_below_python_still_reaches_the_guard():
+    """``ray.shutdown`` sets SIGTERM's action to the default in C, which
+    ``signal.getsignal`` never shows; ``kept`` puts the process's own action back."""
+    import ctypes
+    import time
+
+    libc = ctypes.CDLL(None)
     with InterruptGuard():
         with pytest.raises(KeyboardInterrupt):
-            with deferred(), held():
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as ray.shutdown leaves it
-                os.kill(os.getpid(), signal.SIGTERM)  # pending, not fatal
+            with deferred(), kept():
+                libc.signal(signal.SIGTERM, ctypes.c_void_p(0))  # SIG_DFL, below Python
+                time.sleep(0.05)  # the watcher's millisecond, many times over
+                os.kill(os.getpid(), signal.SIGTERM)  # recorded, not fatal
