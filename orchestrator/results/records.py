@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TrialRecord", "SweepRecord", "trial_record", "sweep_record", "sweep_params",
            "sweep_summary", "write_trial_files", "report_files", "LEVEL_METRICS",
-           "SWEEP_ID_TAG", "TRIAL_KEY_TAG", "KIND_TAG", "RECORDED_TAG", "SEARCH_PARAMS_FILE"]
+           "SWEEP_ID_TAG", "TRIAL_KEY_TAG", "KIND_TAG", "RECORDED_TAG", "SEARCH_PARAMS_FILE",
+           "CURVE", "trial_run_name"]
 
 LEVEL_METRICS = ("output_tok_s", "total_tok_s", "requests_s", "ttft_p50_ms", "ttft_p90_ms",
                  "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "tpot_p50_ms", "e2e_p50_ms",
@@ -36,6 +37,9 @@ KIND_TAG = "servesweep.kind"
 #: the ledger time of the result a trial's run holds: a run of the same key with another
 #: is an earlier result of it (a rerun), which MLflow's metric history cannot forget
 RECORDED_TAG = "servesweep.recorded_ms"
+#: the prefix of a metric stepped by concurrency (a chart; its last value is the highest
+#: level's, so it is never a trial's headline): ``by_concurrency.output_tok_s``
+CURVE = "by_concurrency."
 #: a trial folder's search params (Optuna study, number, sampler), written by the controller
 SEARCH_PARAMS_FILE = "search.json"
 
@@ -111,7 +115,6 @@ def trial_record(result: TrialResult, sweep_id: str, trial_dir: Path | None,
         except (OSError, ValueError, AttributeError):
             pass
     metrics: list[tuple[str, float, int]] = []
-    valid_tputs = []
     for lv in result.levels:
         c = lv.concurrency
         metrics.append((f"valid_c{c}", 1.0 if lv.status == "valid" else 0.0, 0))
@@ -123,19 +126,15 @@ def trial_record(result: TrialResult, sweep_id: str, trial_dir: Path | None,
             value = getattr(lv.metrics, name)
             if value is None:
                 continue
-            metrics.append((name, float(value), c))
-            metrics.append((f"{name}_c{c}", float(value), 0))
+            metrics.append((f"{CURVE}{name}", float(value), c))  # a chart, x = concurrency
+            metrics.append((f"{name}_c{c}", float(value), 0))  # a figure, named by its level
         # every round's throughput (the level's figure is their median): step = round
         metrics += [(f"round_output_tok_s_c{c}", rr.output_tok_s, rr.round)
                     for rr in lv.rounds]
         if lv.client is not None:  # the client's self-check: can the level be trusted
-            metrics += [("client_cpu_frac", lv.client.cpu_frac, c),
-                        ("client_loop_lag_p99_ms", lv.client.loop_lag_p99_ms, c),
-                        ("client_reads_kept", float(lv.client.reads_kept), c)]
-        if lv.status == "valid":
-            valid_tputs.append(lv.metrics.output_tok_s)
-    if valid_tputs:
-        metrics.append(("max_output_tok_s", max(valid_tputs), 0))
+            metrics += [(f"{CURVE}client_cpu_frac", lv.client.cpu_frac, c),
+                        (f"{CURVE}client_loop_lag_p99_ms", lv.client.loop_lag_p99_ms, c),
+                        (f"{CURVE}client_reads_kept", float(lv.client.reads_kept), c)]
     if result.startup_s is not None:
         metrics.append(("startup_s", result.startup_s, 0))
     artifacts: list[Path] = []
@@ -146,9 +145,14 @@ def trial_record(result: TrialResult, sweep_id: str, trial_dir: Path | None,
     status = "FINISHED" if result.status.has_measurements() else "FAILED"
     if result.status is TrialStatus.INFEASIBLE:
         status = "KILLED"
-    return TrialRecord(key=result.key, run_name=result.config.label(), status=status,
+    return TrialRecord(key=result.key, run_name=trial_run_name(result, sweep_id), status=status,
                        tags=tags, params=params, metrics=metrics,
                        timestamp_ms=int(recorded_ts * 1000), artifacts=artifacts)
+
+
+def trial_run_name(result: TrialResult, sweep_id: str) -> str:
+    """A trial run's name, unique across sweeps: its label and its sweep."""
+    return f"{result.config.label()} [{sweep_id}]"
 
 
 def sweep_params(spec: SweepSpec) -> dict[str, str]:
@@ -172,13 +176,36 @@ def sweep_record(spec: SweepSpec, ledger: Ledger) -> SweepRecord:
                        params=params, spec_path=ledger.dir / "spec.yaml")
 
 
-def sweep_summary(results: Iterable[TrialResult]) -> dict[str, float]:
-    """The parent run's metrics: trials in all and by status."""
+def sweep_summary(results: Iterable[TrialResult],
+                  spec: SweepSpec | None = None) -> dict[str, float | str]:
+    """The parent run's summary: trials in all and by status (metrics) and, with the
+    ``spec``, each load regime's winner (tags ``winner.<regime>``, ``winner_key.<regime>``,
+    ``winner_within_noise.<regime>``; metrics ``winner_output_tok_s.<regime>`` and
+    ``winner_margin.<regime>``, the lead over the runner-up). A regime's name in a key is
+    its folder name (``c=8`` -> ``c-8``)."""
+    results = list(results)
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
-    return {"trials": float(sum(counts.values())),
-            **{f"trials_{k}": float(v) for k, v in sorted(counts.items())}}
+    out: dict[str, float | str] = {"trials": float(sum(counts.values())),
+                                   **{f"trials_{k}": float(v) for k, v in sorted(counts.items())}}
+    if spec is None:
+        return out
+    from orchestrator.results.export import regime_dir, regime_winners
+
+    for w in regime_winners(spec, results):
+        name = regime_dir(w.regime)
+        if w.key is None or w.label is None:
+            out[f"winner.{name}"] = f"none: {w.note}"[:500]
+            continue
+        out[f"winner.{name}"] = w.label
+        out[f"winner_key.{name}"] = w.key
+        out[f"winner_within_noise.{name}"] = str(w.within_noise).lower()
+        if w.output_tok_s is not None:
+            out[f"winner_output_tok_s.{name}"] = float(w.output_tok_s)
+        if w.margin is not None:
+            out[f"winner_margin.{name}"] = float(w.margin)
+    return out
 
 
 def report_files(report_dir: Path) -> list[Path]:

@@ -1,8 +1,9 @@
 """``Tracker``: MLflow as a view of the ledger, rebuilt from it at any time.
 
 One experiment per spec name, one parent run per sweep, one nested run per trial with the
-full ``TrialConfig`` as params, metrics per concurrency both as steps (x = concurrency) and
-as named metrics (``output_tok_s_c16``), status and failure reason as tags, and the
+full ``TrialConfig`` as params, metrics per level named by it (``output_tok_s_c16``) and as
+charts stepped by concurrency (``by_concurrency.output_tok_s``: never a headline that mixes
+levels), run names unique across sweeps, status and failure reason as tags, and the
 command, configs, server log and per-request records as artifacts. The default store is
 sqlite under the state root (``MLFLOW_TRACKING_URI`` overrides).
 
@@ -240,7 +241,7 @@ class Tracker:
 
     def _complete(self, run: Run, record: TrialRecord) -> bool:
         """Whether a found run already holds the whole record (then it is left alone)."""
-        if run.info.status != record.status:
+        if run.info.status != record.status or run.info.run_name != record.run_name:
             return False
         if run.data.tags.get(PARENT_TAG) != self.parent_id:
             return False
@@ -269,6 +270,8 @@ class Tracker:
             rid, have, outcome = run.info.run_id, dict(run.data.params), "repaired"
             if run.info.status != "RUNNING":  # reopened while it is written again
                 self.client.update_run(rid, status="RUNNING")
+            if run.info.run_name != record.run_name:  # written under an older name
+                self.client.update_run(rid, name=record.run_name)
         else:
             rid = self.client.create_run(self.experiment_id, run_name=record.run_name,
                                          tags=tags).info.run_id
@@ -306,7 +309,8 @@ class Tracker:
 
     def end_sweep(self, summary: dict[str, Any], artifacts: list[Path], status: str,
                   only_changes: bool = False) -> None:
-        """Summary metrics and report files on the parent run, then its end status.
+        """Summary metrics (and its text values as tags) and report files on the parent run,
+        then its end status.
         ``only_changes`` (sync): skip metrics whose latest value is the same, files of the
         same size already there, and the status if it already is ``status``."""
         from mlflow.entities import Metric
@@ -321,6 +325,10 @@ class Tracker:
                    if isinstance(v, (int, float)) and latest.get(k) != float(v)]
         if metrics:
             self.client.log_batch(self.parent_id, metrics=metrics)
+        have = run.data.tags if run is not None else {}
+        tags = {k: v for k, v in summary.items() if isinstance(v, str) and have.get(k) != v}
+        if tags:  # the winners (``sweep_summary``)
+            self._tags(self.parent_id, tags)
         for path in artifacts:
             if path.is_file() and sizes.get(path.name) != path.stat().st_size:
                 self.client.log_artifact(self.parent_id, str(path))
@@ -355,6 +363,6 @@ class Tracker:
             if isinstance(ev, DriverStarted | Interrupted):
                 last = ev
         status = "KILLED" if isinstance(last, Interrupted) else "FINISHED"
-        self.end_sweep(sweep_summary(ledger.results().values()),
+        self.end_sweep(sweep_summary(ledger.results().values(), spec),
                        report_files(ledger.dir / "report"), status, only_changes=True)
         return counts, status

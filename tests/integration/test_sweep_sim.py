@@ -78,7 +78,7 @@ def test_mlflow_has_parent_and_nested_runs_with_params_and_metrics(sweep):
         assert r.data.tags["version.engine"].startswith("sim-")
         assert r.data.tags["client.parse"] == "scan"  # the sim sends per-chunk usage
         assert r.data.metrics["output_tok_s_c4"] > r.data.metrics["output_tok_s_c1"]
-        history = client.get_metric_history(r.info.run_id, "output_tok_s")
+        history = client.get_metric_history(r.info.run_id, "by_concurrency.output_tok_s")
         assert sorted(m.step for m in history) == [1, 4]  # x = concurrency
         # every round's throughput is kept (step = round); the level's is their median
         rounds = client.get_metric_history(r.info.run_id, "round_output_tok_s_c4")
@@ -86,7 +86,7 @@ def test_mlflow_has_parent_and_nested_runs_with_params_and_metrics(sweep):
         mid = sum(m.value for m in rounds) / 2
         assert r.data.metrics["output_tok_s_c4"] == pytest.approx(mid)
         # the client's self-check per level, and how it read
-        cpu = client.get_metric_history(r.info.run_id, "client_cpu_frac")
+        cpu = client.get_metric_history(r.info.run_id, "by_concurrency.client_cpu_frac")
         assert sorted(m.step for m in cpu) == [1, 4] and all(0 < m.value < 1.5 for m in cpu)
         assert r.data.tags["client.reader"] in ("native", "python")
         files = {f.path for f in client.list_artifacts(r.info.run_id)}

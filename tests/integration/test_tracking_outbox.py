@@ -252,7 +252,8 @@ def offline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def _view(client: MlflowClient, run: Any) -> dict[str, Any]:
     """What must match between a live-tracked trial and a synced one (values measured in
     different sweeps differ; which metrics, params, tags and files do not)."""
-    return {"status": run.info.status, "name": run.info.run_name, "params": run.data.params,
+    return {"status": run.info.status, "params": run.data.params,
+            "name": run.info.run_name.rsplit(" [", 1)[0],  # its label; then its sweep
             "metrics": sorted(run.data.metrics),
             "tags": {k: v for k, v in run.data.tags.items()
                      if not k.startswith(("mlflow.", "flag."))
