@@ -1,9 +1,12 @@
 """The planned trials as an Optuna search space: typed, conditional parameters.
 
 A parameter is a field that varies among the planned configs: ``engine``, an axis
-(``actors.contracts.config.AXES``) or ``extra.<option>``. A field given as a range in
-``search.params`` is an int or float parameter (Optuna sees its order, log scale and step;
-a suggestion is snapped to the nearest planned value); any other is categorical. A field
+(``actors.contracts.config.AXES``) or ``extra.<option>``. Optuna records exactly the values
+that run: a range in ``search.params`` whose planned values are evenly stepped is an int or
+float parameter with that step (Optuna sees its order and step, and every suggestion is a
+planned value); a log range (or one unevenly cut) is a categorical parameter over its
+planned values, in order; any other field is categorical. (Suggesting over the whole range
+and snapping made Optuna show values that never ran: ``max_num_seqs=143`` for 102.) A field
 that varies only within some engines exists only for them; a ``when`` parameter only where
 its condition holds; a tied one (``same_as``) is no parameter at all. ``Space.lookup`` maps
 a suggestion back to its planned trial, or None when the combination is not in the space.
@@ -40,37 +43,45 @@ class Param:
     engines: frozenset[str] | None = None  # None: every engine
     when: tuple[tuple[str, Any], ...] = ()
 
+    def even_step(self) -> float | None:
+        """The step between the planned values when they are evenly stepped (and not a
+        log range); None otherwise."""
+        vals = sorted(self.choices)
+        if self.kind is ParamKind.CATEGORICAL or self.log or len(vals) < 2:
+            return None
+        steps = {round(b - a, 9) for a, b in zip(vals, vals[1:])}
+        return steps.pop() if len(steps) == 1 else None
+
     def distribution(self) -> Any:
+        """An Optuna distribution whose values are exactly the planned ones."""
         from optuna.distributions import (
             CategoricalDistribution,
             FloatDistribution,
             IntDistribution,
         )
 
-        if self.kind is ParamKind.CATEGORICAL:
-            return CategoricalDistribution(list(self.choices))
+        step = self.even_step()
+        if step is None:  # categorical, or a log range: its planned values, in order
+            return CategoricalDistribution(list(self.choices) if self.kind is
+                                           ParamKind.CATEGORICAL else sorted(self.choices))
         lo, hi = min(self.choices), max(self.choices)
         if self.kind is ParamKind.INT:
-            istep = 1 if self.log or self.step is None else int(self.step)
-            return IntDistribution(int(lo), int(hi), log=self.log, step=istep)
-        step = None if self.log else self.step
-        return FloatDistribution(float(lo), float(hi), log=self.log, step=step)
+            return IntDistribution(int(lo), int(hi), step=int(step))
+        return FloatDistribution(float(lo), float(hi), step=step)
 
     def suggest(self, trial: Any) -> Any:
-        if self.kind is ParamKind.CATEGORICAL:
-            return trial.suggest_categorical(self.name, list(self.choices))
-        dist = self.distribution()
-        if len(self.choices) == 1:
+        if self.kind is not ParamKind.CATEGORICAL and len(self.choices) == 1:
             return self.choices[0]
+        dist = self.distribution()
+        if not hasattr(dist, "step"):
+            return trial.suggest_categorical(self.name, list(dist.choices))
         if self.kind is ParamKind.INT:
-            raw = trial.suggest_int(self.name, dist.low, dist.high, step=dist.step, log=dist.log)
-        else:
-            raw = trial.suggest_float(self.name, dist.low, dist.high, step=dist.step,
-                                      log=dist.log)
-        return self.snap(raw)
+            return self.snap(trial.suggest_int(self.name, dist.low, dist.high, step=dist.step))
+        return self.snap(trial.suggest_float(self.name, dist.low, dist.high, step=dist.step))
 
     def snap(self, raw: float) -> Any:
-        """The planned value nearest to ``raw`` (in log space for a log range)."""
+        """The planned value nearest to ``raw`` (in log space for a log range): for a
+        stepped suggestion, the same value (it removes float rounding)."""
         if self.log and raw > 0:
             return min(self.choices, key=lambda c: abs(math.log(c) - math.log(raw)))
         return min(self.choices, key=lambda c: abs(c - raw))
@@ -172,10 +183,13 @@ class Space:
             cond = "".join(f" when {k}={v}" for k, v in p.when)
             if p.kind is ParamKind.CATEGORICAL:
                 dom = "{" + ", ".join(str(c) for c in p.choices) + "}"
-            else:
+            elif p.even_step() is None:
                 dom = (f"{p.kind.value} {min(p.choices)}..{max(p.choices)}"
-                       f"{' log' if p.log else ''}{f' step {p.step:g}' if p.step else ''}"
-                       f" ({len(p.choices)} values)")
+                       f"{' log' if p.log else ''}, as its {len(p.choices)} planned values: "
+                       "{" + ", ".join(f"{c:g}" for c in sorted(p.choices)) + "}")
+            else:
+                dom = (f"{p.kind.value} {min(p.choices)}..{max(p.choices)} step "
+                       f"{p.even_step():g} ({len(p.choices)} values)")
             lines.append(f"{p.name}: {dom}{where}{cond}")
         return lines
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import optuna
+import pytest
 import yaml
 
 from orchestrator.commands.cli import main
@@ -115,3 +116,33 @@ def test_a_study_half_done_when_its_driver_is_killed_resumes_without_repeats(tmp
         done = [t.user_attrs["key"] for t in trials if t.state ==
                 optuna.trial.TrialState.COMPLETE and not t.user_attrs.get("repeat")]
         assert sorted(done) == sorted(_scored(ledger, ok, regime))  # once per study
+
+
+def test_the_study_records_exactly_the_values_that_ran(tmp_path, monkeypatch):
+    """Optuna (and optuna-dashboard) show what the ledger ran: a log range is its planned
+    values, a stepped range its steps; nothing snapped after the suggestion (issue 32:
+    trial 0 said max_num_seqs=143, the ledger ran 102)."""
+    from orchestrator.planning.params import field_value
+
+    monkeypatch.setenv("SERVESWEEP_HOME", str(tmp_path))
+    path = _spec(tmp_path, {"sampler": "random", "budget": 4, "params": {
+        "max_num_seqs": {"type": "int", "low": 16, "high": 256, "log": True, "points": 4},
+        "gpu_memory_fraction": {"type": "float", "low": 0.8, "high": 0.9, "step": 0.05}}})
+    assert main(["run", str(path), "--quiet", "--no-mlflow"]) == 0
+    ledger = Ledger.open("latest")
+    results = ledger.results()
+    checked = 0
+    for trials in _studies(ledger, ["low", "high"]).values():
+        for t in trials:
+            key = t.user_attrs.get("key")
+            if key is None or key not in results:
+                continue
+            for name, value in t.params.items():
+                ran = field_value(results[key].config, name)
+                if isinstance(value, float):  # a float step: 0.8 + 1 * 0.05 in binary
+                    assert value == pytest.approx(ran, rel=1e-12), (name, t.number)
+                else:
+                    assert value == ran, (name, t.number)
+                checked += 1
+            assert {"max_num_seqs", "gpu_memory_fraction"} <= set(t.params)
+    assert checked >= 8

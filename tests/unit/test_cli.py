@@ -47,7 +47,8 @@ def test_plan_names_the_sampler_the_budget_and_every_parameter(capsys):
     out = capsys.readouterr().out
     assert "sampler tpe, objective output_tok_s, SLO ttft_p99_ms <= 500, budget 8 trials, " \
         "1 GPU-h; regimes: interactive [1, 4], batch [16]" in out
-    assert "    max_num_seqs: int 16..256 log (4 values)\n" in out
+    assert "    max_num_seqs: int 16..256 log, as its 4 planned values: {16, 40, 102, 256}\n" \
+        in out
     assert "    graph_max_batch = max_num_seqs when cuda_graphs=True\n" in out
     assert "    profile: {vllm, trtllm}\n" in out
 
