@@ -28,6 +28,7 @@ from actors.contracts.secrets import (
     secret_fix,
     secret_reason,
 )
+from actors.contracts.traffic import FileSource, Level, LevelKind, RequestSource
 
 __all__ = ["resolve_env", "ENV_REF", "SECRET_NAME", "Frozen", "TrialConfig", "Workload",
            "ModelSpec", "SimOptions", "LaunchOptions", "SpaceEntry", "SpecRules", "AXES",
@@ -122,11 +123,30 @@ class TrialConfig(Frozen):
 
 
 class Workload(Frozen):
-    """Matched work: every request sends ``prompt_tokens`` and decodes exactly ``output_tokens``."""
+    """Matched work: every config gets the same requests, each decoding exactly its own
+    output length. Without ``requests`` every request sends ``prompt_tokens`` and decodes
+    ``output_tokens``; with a source (``actors.contracts.traffic``) the request list comes
+    from it and ``prompt_tokens`` / ``output_tokens`` are its longest (filled in by
+    ``orchestrator.spec``: they size the server). Levels: closed loop at each
+    ``concurrency``, open loop at each of ``rates`` (gamma arrivals of shape
+    ``1 / burstiness``: 1 is Poisson, above 1 burstier), the file's own timestamps sped up
+    by each of ``trace_speedups``."""
 
     prompt_tokens: PosInt
     output_tokens: PosInt
-    concurrency: list[PosInt] = Field(min_length=1)
+    concurrency: list[PosInt] = Field(default_factory=list)
+    requests: RequestSource | None = None
+    rates: list[Annotated[float, Field(gt=0)]] = Field(default_factory=list)
+    burstiness: float = Field(default=1.0, gt=0)
+    #: an open-loop level's most requests in flight (None: unbounded but for
+    #: ``MAX_IN_FLIGHT``): past it, an arrival waits and counts as sent late
+    max_in_flight: PosInt | None = None
+    trace_speedups: list[Annotated[float, Field(gt=0)]] = Field(default_factory=list)
+    #: open-loop levels: the share of the level's span left out at each end (warm-up, drain)
+    steady_trim: float = Field(default=0.1, ge=0, lt=0.5)
+    #: an open-loop request sent more than this late (engine ms) counts as late; any late
+    #: request flags the level ``late_sends`` (it cannot win)
+    late_send_ms: float = Field(default=10.0, gt=0)
     rounds: PosInt | None = None  # None: 5 at concurrency <= 4, else 3
     requests_per_round: PosInt | None = None  # None: max(2 * concurrency, 4)
     warmup_requests: int = Field(default=4, ge=0)
@@ -147,18 +167,45 @@ class Workload(Frozen):
     #: let levels flagged ``unverified`` (output counted from the server's usage alone) win
     trust_usage: bool = False
 
-    @field_validator("concurrency")
+    @field_validator("concurrency", "rates", "trace_speedups")
     @classmethod
-    def _sorted_unique(cls, v: list[int]) -> list[int]:
+    def _sorted_unique(cls, v: list[Any], info: ValidationInfo) -> list[Any]:
         if len(set(v)) != len(v):
-            raise ValueError(f"concurrency levels must be distinct, got {v}")
+            raise ValueError(f"{info.field_name} levels must be distinct, got {v}")
         return sorted(v)
 
     @model_validator(mode="after")
     def _prefix_fits(self) -> Workload:
         if self.shared_prefix_tokens >= self.prompt_tokens:
             raise ValueError("shared_prefix_tokens must be smaller than prompt_tokens")
+        if not (self.concurrency or self.rates or self.trace_speedups):
+            raise ValueError("give at least one level: concurrency, rates or trace_speedups")
+        if self.requests is not None and self.shared_prefix_tokens:
+            raise ValueError("shared_prefix_tokens is for the fixed shape; with requests, "
+                             "give prefix_groups (synthetic) or hash_ids (a file)")
+        if self.trace_speedups and not isinstance(self.requests, FileSource):
+            raise ValueError("trace_speedups replay a request file's timestamps: give "
+                             "requests: {kind: file, path: ...}")
         return self
+
+    def levels(self) -> list[Level]:
+        """Every level in the order they run: concurrencies, rates, trace replays."""
+        return ([Level.of(c) for c in self.concurrency]
+                + [Level(kind=LevelKind.RATE, value=r) for r in self.rates]
+                + [Level(kind=LevelKind.TRACE, value=s) for s in self.trace_speedups])
+
+    @property
+    def top_concurrency(self) -> int:
+        """The most requests in flight a level may hold: the highest concurrency, else the
+        open-loop cap (sizes ``max_num_seqs >= highest_concurrency`` and sockets)."""
+        if self.concurrency:
+            return self.concurrency[-1]
+        return self.max_in_flight or MAX_IN_FLIGHT
+
+    def in_flight_cap(self, level: Level) -> int:
+        if level.kind is LevelKind.CONCURRENCY:
+            return int(level.value)
+        return self.max_in_flight or MAX_IN_FLIGHT
 
     def rounds_for(self, concurrency: int) -> int:
         if self.rounds is not None:
@@ -173,6 +220,10 @@ class Workload(Frozen):
     @property
     def request_tokens(self) -> int:
         return self.prompt_tokens + self.output_tokens
+
+
+#: an open-loop level's default cap on requests in flight
+MAX_IN_FLIGHT = 1024
 
 
 class ModelSpec(Frozen):

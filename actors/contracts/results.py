@@ -21,9 +21,10 @@ from actors.contracts.states import (
     LevelStatus,
     TrialStatus,
 )
+from actors.contracts.traffic import Level
 
 __all__ = ["LevelMetrics", "ServerObservation", "HostLoad", "ClientHealth", "RoundResult",
-           "LevelResult", "Capacity", "TrialResult"]
+           "OpenLoop", "LevelResult", "Capacity", "TrialResult"]
 
 class _M(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -126,10 +127,31 @@ class RoundResult(_M):
     requests_s: float | None = None
 
 
+class OpenLoop(_M):
+    """How an open-loop level (a rate or a trace) held its schedule, and the steady window
+    its metrics come from: each round's span from its first send to its last end, less
+    ``workload.steady_trim`` of it at each end. Throughput counts the tokens that arrived
+    inside the window; latencies come from the requests that started and ended inside it."""
+
+    offered_rps: float  # requests per engine second the schedule asked
+    achieved_rps: float  # sends per engine second the client made (median round)
+    late_sends: int = 0  # requests sent more than ``workload.late_send_ms`` late
+    send_lag_p99_ms: float | None = None  # engine ms from scheduled to sent, p99
+    window_kept: int = 0  # requests whose latencies count
+    window_left_out: int = 0  # measured requests outside the window
+
+
 class LevelResult(_M):
-    """One concurrency level of one trial."""
+    """One level of one trial. ``level`` is its identity (``key``: ``c=32``,
+    ``rate=4/s``, ``trace x2``); ``concurrency`` the most requests it let in flight (a
+    closed loop's level; an open loop's cap). Results written before levels had kinds
+    have no ``level``: they were concurrencies."""
 
     concurrency: int
+    level: Level | None = None
+    open_loop: OpenLoop | None = None
+    #: prefix-cache hits / queries the server reported over the level (None: not reported)
+    prefix_hit_rate: float | None = None
     status: LevelStatus
     flags: list[LevelFlag] = Field(default_factory=list)
     reason: str = ""
@@ -146,6 +168,15 @@ class LevelResult(_M):
     host_load: HostLoad | None = None
     time_scale: float = 1.0
     wall_s: float = 0.0
+
+    @property
+    def identity(self) -> Level:
+        return self.level if self.level is not None else Level.of(self.concurrency)
+
+    @property
+    def key(self) -> str:
+        """The level's name everywhere: ``c=32``, ``rate=4/s``, ``trace x2``."""
+        return self.identity.key
 
 
 class Capacity(BaseModel):
@@ -188,6 +219,9 @@ class TrialResult(BaseModel):
     time_scale: float = 1.0
     log_tail: str = ""
     attempt: int = 1
+    #: the work it was measured on: request list and schedule
+    #: (``orchestrator.spec.traffic_plan.workload_fingerprint``; empty: written before)
+    workload_fingerprint: str = ""
 
     @model_validator(mode="after")
     def _reason_fits_status(self) -> TrialResult:
@@ -199,5 +233,7 @@ class TrialResult(BaseModel):
                              f"not {self.reason!r}")
         return self
 
-    def level(self, concurrency: int) -> LevelResult | None:
-        return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
+    def level(self, key: int | str) -> LevelResult | None:
+        """The level named ``key`` (``c=8``, ``rate=4/s``; an integer is a concurrency)."""
+        want = Level.parse(key).key
+        return next((lv for lv in self.levels if lv.key == want), None)

@@ -50,6 +50,10 @@ class LevelFlag(enum.StrEnum):
     #: sim hold mode (``sim.hold_s``): the level only waited, nothing was measured (the
     #: level is invalid too)
     HELD = "held"
+    #: open loop: some request was sent later than ``workload.late_send_ms`` after its
+    #: scheduled time (the client or the in-flight cap could not hold the schedule): the
+    #: offered load was not the one asked, so the level cannot win
+    LATE_SENDS = "late_sends"
     #: read back only: results written before 2026-11-30 (chunk counts reconciled to usage)
     USAGE_RECONCILED = "usage_reconciled"
 

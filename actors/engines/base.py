@@ -125,6 +125,9 @@ class MetricsSample:
     sim_first_tokens: float | None = None
     sim_late_first_tokens: float | None = None
     sim_behind_s: float | None = None  # wall time lost to stalls past 50 ms (never made up)
+    #: prefix cache: prompt tokens looked up, and found cached (counters)
+    prefix_queries_total: float | None = None
+    prefix_hits_total: float | None = None
 
 
 def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:

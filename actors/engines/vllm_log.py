@@ -302,4 +302,8 @@ def parse_vllm_metrics(text: str, t: float) -> MetricsSample:
         waiting=total("vllm:num_requests_waiting"),
         kv_usage=total("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
         preemptions_total=total("vllm:num_preemptions_total", "vllm:num_preemptions"),
-        block_size=block_size, num_blocks=num_blocks, time_scale=scale)
+        block_size=block_size, num_blocks=num_blocks, time_scale=scale,
+        prefix_queries_total=total("vllm:prefix_cache_queries_total",
+                                   "vllm:gpu_prefix_cache_queries_total"),
+        prefix_hits_total=total("vllm:prefix_cache_hits_total",
+                                "vllm:gpu_prefix_cache_hits_total"))

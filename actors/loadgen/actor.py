@@ -10,6 +10,7 @@ import ray
 from actors.contracts.config import Workload
 from actors.contracts.results import LevelResult
 from actors.contracts.slo import SLO
+from actors.contracts.traffic import Level, RequestPlan
 from actors.engines import get_adapter
 from actors.loadgen.aggregate import request_itls
 from actors.loadgen.level import LevelRunner
@@ -19,7 +20,8 @@ from actors.loadgen.stats import median
 
 __all__ = ["LoadGeneratorCore", "LoadGenerator", "records_csv"]
 
-CSV_FIELDS = ("level", "round", "index", "start_s", "ttft_ms", "tpot_ms", "itl_p50_ms",
+CSV_FIELDS = ("level", "round", "index", "target_output_tokens", "target_prompt_tokens",
+              "send_lag_ms", "start_s", "ttft_ms", "tpot_ms", "itl_p50_ms",
               "itl_max_ms", "e2e_ms", "chunks", "chunk_tokens", "prompt_tokens",
               "completion_tokens", "ids_tokens", "chunk_usage_tokens", "final_usage_tokens",
               "text_tokens", "error", "error_detail")
@@ -35,7 +37,9 @@ def records_csv(rows: list[tuple[int, RequestRecord]], t0: float) -> str:
     (TTFT, TPOT, per-token ITL p50 and max); measured requests plus any warm-up request that
     failed (round -1; -2 for connection-opening requests). The count proof's sources sit
     side by side: token ids, last per-chunk usage, final usage, the tokenizer's count of
-    the text (empty: the server did not send it)."""
+    the text (empty: the server did not send it), beside the request's own targets (empty:
+    the workload's fixed shape; ``text``: a text prompt, its length the server's count) and,
+    open loop, how late it was sent (ms after its scheduled time)."""
     buf = io.StringIO()
     out = csv.writer(buf, lineterminator="\n")
     out.writerow(CSV_FIELDS)
@@ -49,7 +53,10 @@ def records_csv(rows: list[tuple[int, RequestRecord]], t0: float) -> str:
                 p50, mx = 1e3 * median(gaps), 1e3 * max(gaps)  # type: ignore[operator]
             if r.completion_tokens and r.completion_tokens > 1 and r.arrivals:
                 tpot = 1e3 * (r.arrivals[-1] - r.first_token) / (r.completion_tokens - 1)
-        out.writerow([level, r.round, r.index, f"{r.start - t0:.4f}", _f(ttft), _f(tpot),
+        want_prompt = "text" if r.text_prompt else _f(r.want_prompt, "d")
+        lag = None if r.due is None else 1e3 * (r.start - r.due)
+        out.writerow([level, r.round, r.index, _f(r.want_output, "d"), want_prompt, _f(lag),
+                      f"{r.start - t0:.4f}", _f(ttft), _f(tpot),
                       _f(p50), _f(mx), f"{1e3 * (r.end - r.start):.3f}", len(r.arrivals),
                       r.chunk_tokens, _f(r.prompt_tokens, "d"), _f(r.completion_tokens, "d"),
                       *(_f(getattr(p, k), "d") if p else "" for k in
@@ -70,7 +77,8 @@ class LoadGeneratorCore:
     def __init__(self, engine: str, base_url: str, model_name: str, workload: dict,
                  vocab_size: int, tokenizer_dir: str | None = None, time_scale: float = 1.0,
                  api_key: str | None = None, transport: str | None = None,
-                 shards: int | None = None, slo: dict | None = None):
+                 shards: int | None = None, slo: dict | None = None,
+                 plan: RequestPlan | None = None):
         self.workload = Workload.model_validate(workload)
         adapter = get_adapter(engine)
         ids = usable_token_ids(vocab_size, tokenizer_dir)
@@ -85,22 +93,23 @@ class LoadGeneratorCore:
                                   transport=transport or self.workload.client_transport,
                                   shards=shards or self.workload.client_shards,
                                   token_ids=adapter.token_ids, tokenizer=tokenizer,
-                                  slo=SLO.model_validate(slo) if slo else None)
+                                  slo=SLO.model_validate(slo) if slo else None, plan=plan)
         self._rows: list[tuple[int, RequestRecord]] = []
         self._t0: float | None = None
 
-    async def run_level(self, concurrency: int, level_index: int) -> LevelResult:
+    async def run_level(self, level: str | int, level_index: int) -> LevelResult:
+        """Level ``level`` (a key, ``c=8`` / ``rate=4/s`` / ``trace x2``, or a concurrency)."""
         import time
 
         if self._t0 is None:
             self._t0 = time.perf_counter()
-        res = await self.runner.run_level(concurrency, level_index)
+        res = await self.runner.run_level(Level.parse(level), level_index)
         self._rows.extend((level_index, r) for r in self.runner.last_records)
         return res
 
-    async def run(self, levels: list[int] | None = None) -> list[LevelResult]:
+    async def run(self, levels: list[str | int] | None = None) -> list[LevelResult]:
         out: list[LevelResult] = []
-        for i, c in enumerate(levels or self.workload.concurrency):
+        for i, c in enumerate(levels or [lv.key for lv in self.workload.levels()]):
             res = await self.run_level(c, i)
             out.append(res)
             dead = res.errors and set(res.errors) <= {"connect"}

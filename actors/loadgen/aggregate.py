@@ -27,11 +27,13 @@ from actors.contracts.results import (
     ClientHealth,
     LevelMetrics,
     LevelResult,
+    OpenLoop,
     RoundResult,
     ServerObservation,
 )
 from actors.contracts.slo import SLO
 from actors.contracts.states import LevelFlag, LevelStatus
+from actors.contracts.traffic import Level, LevelKind
 from actors.engines.base import MetricsSample
 from actors.loadgen.proof import Judgement, Verdict, judge, prove
 from actors.loadgen.records import RequestRecord
@@ -47,25 +49,29 @@ CPU_LIMIT = 0.90
 CHAT_TEMPLATE_MAX_OVERHEAD = 64
 
 
-def prompt_matches(w: Workload, prompt_tokens: int | None) -> bool:
-    """Did the server take the prompt asked? Exact for completions (token-id prompts); for
-    chat the template adds up to ``CHAT_TEMPLATE_MAX_OVERHEAD`` tokens. A server that does
-    not report the prompt length (no usage at all) is not contradicted."""
+def prompt_matches(w: Workload, prompt_tokens: int | None, want: int | None = None) -> bool:
+    """Did the server take the prompt asked (``want`` tokens; None: the workload's)? Exact
+    for completions (token-id prompts); for chat the template adds up to
+    ``CHAT_TEMPLATE_MAX_OVERHEAD`` tokens. A server that does not report the prompt length
+    (no usage at all) is not contradicted."""
     if prompt_tokens is None:
         return True
+    asked = w.prompt_tokens if want is None else want
     if w.api == "chat":
-        return 0 <= prompt_tokens - w.prompt_tokens <= CHAT_TEMPLATE_MAX_OVERHEAD
-    return prompt_tokens == w.prompt_tokens
+        return 0 <= prompt_tokens - asked <= CHAT_TEMPLATE_MAX_OVERHEAD
+    return prompt_tokens == asked
 
 
 def judge_request(w: Workload, rec: RequestRecord) -> Judgement:
-    """The proof's verdict on one completed request (its prompt length included)."""
+    """The proof's verdict on one completed request, against its own targets (its prompt
+    length included, unless it was text: its count is the server's tokenizer's)."""
     proof = rec.proof if rec.proof is not None else prove(rec)
-    j = judge(proof, w.output_tokens)
-    if j.verdict in (Verdict.VERIFIED, Verdict.UNVERIFIED) and \
-            not prompt_matches(w, rec.prompt_tokens):
-        want = (f"{w.prompt_tokens}..{w.prompt_tokens + CHAT_TEMPLATE_MAX_OVERHEAD}"
-                if w.api == "chat" else str(w.prompt_tokens))
+    j = judge(proof, rec.want_output or w.output_tokens)
+    if j.verdict in (Verdict.VERIFIED, Verdict.UNVERIFIED) and not rec.text_prompt and \
+            not prompt_matches(w, rec.prompt_tokens, rec.want_prompt):
+        asked = w.prompt_tokens if rec.want_prompt is None else rec.want_prompt
+        want = (f"{asked}..{asked + CHAT_TEMPLATE_MAX_OVERHEAD}"
+                if w.api == "chat" else str(asked))
         return Judgement(Verdict.COUNT_MISMATCH, j.count, j.source,
                          f"prompt {rec.prompt_tokens} tokens (asked {want})")
     return j
@@ -103,8 +109,11 @@ def request_itls(rec: RequestRecord, total: int | None = None) -> list[float]:
 def aggregate_level(concurrency: int, w: Workload, records: list[RequestRecord],
                     rounds: list[tuple[int, float]], samples: list[MetricsSample],
                     health: ClientHealth, time_scale: float = 1.0,
-                    slo: SLO | None = None) -> LevelResult:
-    """Turn raw records into a ``LevelResult`` (validity, flags, engine-time metrics)."""
+                    slo: SLO | None = None, level: Level | None = None,
+                    offered_rps: float | None = None) -> LevelResult:
+    """Turn raw records into a ``LevelResult`` (validity, flags, engine-time metrics).
+    An open-loop ``level`` (rate, trace) is measured over its steady window
+    (``OpenLoop``); ``offered_rps`` is the rate its schedule asked (engine time)."""
     scale = time_scale if time_scale > 0 else 1.0
     ms = 1e3 / scale
     errors: dict[str, int] = {}
@@ -141,7 +150,13 @@ def aggregate_level(concurrency: int, w: Workload, records: list[RequestRecord],
     good = _slo_met(records, counted, slo, ms)
     goodput: list[float] = []
     round_results = []
-    for rnd, wall in rounds:
+    open_loop = None
+    if level is not None and level.kind is not LevelKind.CONCURRENCY:
+        round_results, goodput, kept, open_loop = _open_rounds(
+            w, records, rounds, counted, good, scale, offered_rps or 0.0)
+        if open_loop.late_sends:
+            flags.append(LevelFlag.LATE_SENDS)
+    for rnd, wall in rounds if open_loop is None else []:
         mine = [r for r in records if r.round == rnd]
         out_tok = sum(counted.get(id(r), 0) for r in mine)
         tot_tok = sum(counted.get(id(r), 0) + (r.prompt_tokens or w.prompt_tokens)
@@ -152,14 +167,16 @@ def aggregate_level(concurrency: int, w: Workload, records: list[RequestRecord],
             output_tok_s=out_tok * per_s, total_tok_s=tot_tok * per_s,
             requests_s=sum(1 for r in mine if id(r) in counted) * per_s))
         goodput.append(sum(counted[id(r)] for r in mine if id(r) in good) * per_s)
-    ok = [r for r in records if id(r) in counted and r.first_token is not None]
+    ok = [r for r in records if id(r) in counted and r.first_token is not None
+          and (open_loop is None or id(r) in kept)]
     metrics = None
     if round_results and ok:
         metrics = _metrics(ok, counted, round_results, ms, scale)
         if slo is not None and not slo.empty:
+            met = [r for r in ok if id(r) in good]
             metrics = metrics.model_copy(update={
                 "goodput_tok_s": median(goodput) or 0.0,
-                "slo_met": len(good) / max(1, sum(1 for r in ok if r.round >= 0))})
+                "slo_met": len(met) / max(1, sum(1 for r in ok if r.round >= 0))})
         if metrics.round_spread > w.noise_band:
             flags.append(LevelFlag.NOISY)
     if health.loop_lag_p99_ms > LAG_LIMIT_MS or health.cpu_frac > CPU_LIMIT:
@@ -172,11 +189,65 @@ def aggregate_level(concurrency: int, w: Workload, records: list[RequestRecord],
         flags.append(LevelFlag.ITL_SPREAD)
     if time_scale == 0:
         flags.append(LevelFlag.UNPACED)
+    if LevelFlag.LATE_SENDS in flags and not invalid and open_loop is not None:
+        reason = reason or (f"late_sends: {open_loop.late_sends} request(s) sent over "
+                            f"{w.late_send_ms:g} ms after their scheduled time")
     return LevelResult(
-        concurrency=concurrency, status=LevelStatus.INVALID if invalid else LevelStatus.VALID,
+        concurrency=concurrency, level=level, open_loop=open_loop,
+        status=LevelStatus.INVALID if invalid else LevelStatus.VALID,
         flags=flags, reason=reason, requests=len(records), metrics=metrics, rounds=round_results,
         errors=errors, count_mismatches=mismatches, count_sources=sources, server=_observe(samples),
+        prefix_hit_rate=_prefix_hits(samples),
         client=health, time_scale=time_scale)
+
+
+def _open_rounds(w: Workload, records: list[RequestRecord], rounds: list[tuple[int, float]],
+                 counted: dict[int, int], good: set[int], scale: float, offered: float
+                 ) -> tuple[list[RoundResult], list[float], set[int], OpenLoop]:
+    """An open-loop level's rounds over their steady windows (``OpenLoop``'s rule)."""
+    out, goodput, kept, achieved, lags = [], [], set(), [], []
+    late_s = w.late_send_ms / 1e3 * scale
+    left_out = late = 0
+    for rnd, _wall in rounds:
+        mine = [r for r in records if r.round == rnd]
+        if not mine:
+            continue
+        t0, t1 = min(r.start for r in mine), max(r.end for r in mine)
+        cut = w.steady_trim * (t1 - t0)
+        a, b = t0 + cut, t1 - cut
+        span = max(b - a, 1e-9)
+        sends = sorted(r.start for r in mine)
+        if len(sends) > 1 and sends[-1] > sends[0]:
+            achieved.append((len(sends) - 1) / (sends[-1] - sends[0]) * scale)
+        for r in mine:
+            if r.due is not None:
+                lag = r.start - r.due
+                lags.append(lag)
+                late += lag > late_s
+        inside = [r for r in mine if id(r) in counted and r.start >= a and r.end <= b]
+        kept.update(id(r) for r in inside)
+        left_out += sum(1 for r in mine if id(r) in counted) - len(inside)
+        out_tok = good_tok = 0
+        for r in mine:
+            if id(r) not in counted:
+                continue
+            n = sum(k for t, k in zip(r.arrivals, r.counts, strict=False) if a <= t <= b)
+            out_tok += n
+            good_tok += n if id(r) in good else 0
+        pre = sum((r.prompt_tokens or r.want_prompt or w.prompt_tokens) for r in mine
+                  if id(r) in counted and a <= r.start <= b)
+        per_s = scale / span
+        out.append(RoundResult(round=rnd, requests=len(mine), duration_s=span / scale,
+                               output_tok_s=out_tok * per_s,
+                               total_tok_s=(out_tok + pre) * per_s,
+                               requests_s=sum(1 for r in mine if id(r) in counted
+                                              and a <= r.end <= b) * per_s))
+        goodput.append(good_tok * per_s)
+    p99 = percentile(lags, 99)
+    return out, goodput, kept, OpenLoop(
+        offered_rps=offered, achieved_rps=median(achieved) or 0.0, late_sends=late,
+        send_lag_p99_ms=None if p99 is None else p99 * 1e3 / scale,
+        window_kept=len(kept), window_left_out=left_out)
 
 
 def _slo_met(records: list[RequestRecord], counted: dict[int, int], slo: SLO | None,
@@ -241,6 +312,17 @@ def _per_s(seconds: float | None, scale: float) -> float | None:
 
 def _ms(seconds: float | None, factor: float) -> float | None:
     return None if seconds is None else seconds * factor
+
+
+def _prefix_hits(samples: list[MetricsSample]) -> float | None:
+    """Hits / queries of the server's prefix cache over the level (first to last sample)."""
+    got = [s for s in samples if s.prefix_queries_total is not None
+           and s.prefix_hits_total is not None]
+    if len(got) < 2:
+        return None
+    q = (got[-1].prefix_queries_total or 0.0) - (got[0].prefix_queries_total or 0.0)
+    h = (got[-1].prefix_hits_total or 0.0) - (got[0].prefix_hits_total or 0.0)
+    return h / q if q > 0 else None
 
 
 def _observe(samples: list[MetricsSample]) -> ServerObservation:

@@ -40,8 +40,11 @@ _TEXT = (_TEXT_KEY, _CONTENT_KEY)
 _NOT_FAST = (_USAGE, _FINISH, b'"error"')
 
 
-def build_body(model: str, api: str, prompt: list[int] | str, output_tokens: int,
-               per_chunk_usage: bool = True, token_ids: bool = True) -> dict[str, Any]:
+def build_body(model: str, api: str, prompt: list[int] | str | list[dict[str, str]],
+               output_tokens: int, per_chunk_usage: bool = True,
+               token_ids: bool = True) -> dict[str, Any]:
+    """A streamed request decoding exactly ``output_tokens``. ``prompt``: token ids or text
+    (completions), text or a list of chat messages (chat)."""
     body: dict[str, Any] = {
         "model": model, "max_tokens": output_tokens, "min_tokens": output_tokens,
         "ignore_eos": True, "temperature": 0, "stream": True,
@@ -50,7 +53,8 @@ def build_body(model: str, api: str, prompt: list[int] | str, output_tokens: int
     if token_ids:
         body["return_token_ids"] = True
     if api == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = prompt if isinstance(prompt, list) and prompt and \
+            isinstance(prompt[0], dict) else [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
     return body

@@ -1,8 +1,12 @@
-"""Run one concurrency level: warm-up, rounds, /metrics sampling, self-check, aggregation.
+"""Run one level: warm-up, rounds, /metrics sampling, self-check, aggregation.
 
-Closed loop: exactly C requests in flight; each worker starts its next request
-when one ends, until the round's request count is issued. Open loop
-(``request_rate``): Poisson arrivals, at most C in flight.
+A level is a ``Level`` (``actors.contracts.traffic``). Closed loop (``c=N``): exactly N
+requests in flight; each worker starts its next request when one ends, until the round's
+request count is issued (the fixed shape's older ``request_rate``: Poisson arrivals, at
+most N in flight). Open loop (``rate=R/s``, ``trace xS``): each request sent at its time in
+a schedule fixed by the seed (``schedule``), at most ``workload.max_in_flight`` in flight.
+With a request list (``RequestPlan``) each round sends the whole list, each request with its
+own prompt and exact output length.
 
 Shards: with ``shards`` > 1 the level's streams, requests and arrival rate are split
 over that many processes on this node (``shards``: spawned per level, each with its own
@@ -25,6 +29,7 @@ from actors.contracts.config import Workload
 from actors.contracts.results import ClientHealth, LevelResult
 from actors.contracts.slo import SLO
 from actors.contracts.states import LevelStatus
+from actors.contracts.traffic import Level, LevelKind, RequestPlan
 from actors.engines.base import MetricsSample
 from actors.loadgen.aggregate import (
     CHAT_TEMPLATE_MAX_OVERHEAD,
@@ -65,7 +70,8 @@ class LevelRunner:
                  api_key: str | None = None, per_chunk_usage: bool = True,
                  transport: str = "lean", shards: int = 1, coalesce_s: float = 0.001,
                  pass_size: int = PASS_SIZE, token_ids: bool = True,
-                 tokenizer: Any | None = None, slo: SLO | None = None):
+                 tokenizer: Any | None = None, slo: SLO | None = None,
+                 plan: RequestPlan | None = None):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, not {transport!r}")
         if base_url.startswith("https://"):
@@ -78,7 +84,7 @@ class LevelRunner:
                           time_scale=time_scale, api_key=api_key,
                           per_chunk_usage=per_chunk_usage, transport=transport,
                           coalesce_s=coalesce_s, pass_size=pass_size, token_ids=token_ids,
-                          tokenizer=tokenizer)
+                          tokenizer=tokenizer, plan=plan)
         self.transport, self.shards, self.coalesce_s = transport, shards, coalesce_s
         self.pass_size = pass_size
         self.base_url = base_url.rstrip("/")
@@ -91,6 +97,7 @@ class LevelRunner:
         self.url = self.base_url + self.path
         self.last_records: list[RequestRecord] = []
         self.slo = slo  # goodput's per-request limits (aggregation only, in this process)
+        self.plan = plan  # the request list (None: the workload's fixed shape)
 
     # -- requests ---------------------------------------------------------------------------
     def _session(self, concurrency: int) -> aiohttp.ClientSession | ConnectionPool:
@@ -115,10 +122,64 @@ class LevelRunner:
 
     def _body(self, index: int, salt: int) -> dict[str, Any]:
         w = self.workload
+        if self.plan is not None:
+            req = self.plan.requests[index % len(self.plan.requests)]
+            return build_body(self.model, w.api,
+                              self.prompts.planned(req, salt, w.api == "chat"),
+                              req.output_tokens, self.per_chunk_usage, self.token_ids)
         prompt = (self.prompts.make_text(index, salt) if w.api == "chat"
                   else self.prompts.make(index, salt))
         return build_body(self.model, w.api, prompt, w.output_tokens, self.per_chunk_usage,
                           self.token_ids)
+
+    def _targets(self, rec: RequestRecord) -> RequestRecord:
+        """``rec`` with its request's own targets, from the request list."""
+        if self.plan is not None:
+            req = self.plan.requests[rec.index % len(self.plan.requests)]
+            rec.want_output = req.output_tokens
+            rec.text_prompt = req.text
+            rec.want_prompt = None if req.text else req.prompt_tokens
+        return rec
+
+    def level_requests(self, lv: Level) -> int:
+        """Requests per round: the whole request list, else the fixed shape's count (an
+        open-loop level of the fixed shape: ``requests_per_round``, default 64)."""
+        w = self.workload
+        if self.plan is not None:
+            return len(self.plan.requests)
+        if lv.kind is LevelKind.CONCURRENCY:
+            return w.requests_for(int(lv.value))
+        return w.requests_per_round or 64
+
+    def schedule(self, lv: Level, n: int, rnd: int) -> list[float] | None:
+        """Send offsets (wall seconds from the round's start) of requests 0..n-1 for an
+        open-loop level; None for a closed loop. Rates draw gamma gaps of shape
+        ``burstiness`` (1: Poisson; below 1 burstier), seeded by the workload's seed, the
+        level and the round: every config gets the same times. Engine time: a sim at
+        time scale s stretches them by 1/s."""
+        w = self.workload
+        if lv.kind is LevelKind.CONCURRENCY:
+            return None
+        if lv.kind is LevelKind.TRACE:
+            assert self.plan is not None and self.plan.timed
+            return [(self.plan.requests[i].at_s or 0.0) / lv.value * self.time_scale
+                    for i in range(n)]
+        rng = random.Random(f"{w.seed}-{lv.key}-{rnd}")
+        shape = w.burstiness
+        out, t = [], 0.0
+        for _ in range(n):
+            out.append(t * self.time_scale)
+            t += rng.gammavariate(shape, 1.0 / (lv.value * shape))
+        return out
+
+    def offered_rps(self, lv: Level, n: int) -> float | None:
+        """The schedule's request rate (engine time)."""
+        if lv.kind is LevelKind.RATE:
+            return lv.value
+        if lv.kind is LevelKind.TRACE and self.plan is not None and n > 1:
+            span = max(r.at_s or 0.0 for r in self.plan.requests[:n])
+            return (n - 1) / span * lv.value if span > 0 else None
+        return None
 
     def _prepare(self, session: Any, i: int, rnd: int,
                  salt: int) -> tuple[dict[str, Any] | bytes, dict[str, str]]:
@@ -138,9 +199,11 @@ class LevelRunner:
 
     async def _issue(self, session: Any, concurrency: int, indices: list[int], rnd: int,
                      salt: int, out: list[RequestRecord], rate: float | None = None,
-                     ready: dict[int, tuple] | None = None) -> None:
+                     ready: dict[int, tuple] | None = None,
+                     due: list[float] | None = None) -> None:
         """Run the requests ``indices`` with ``concurrency`` in flight (closed loop), or
-        arriving at ``rate`` per second of engine time, at most ``concurrency`` in flight.
+        arriving at ``rate`` per second of engine time, or each at its ``due`` offset (wall
+        seconds from now, by index), at most ``concurrency`` in flight either way.
         ``ready``: requests already built (``_first_wave``); by default built here."""
         counter = iter(indices)
         rng = random.Random(f"{self.workload.seed}-{salt}-{rnd}-{indices[:1]}")
@@ -150,8 +213,8 @@ class LevelRunner:
         def prepare(i: int) -> tuple[dict[str, Any] | bytes, dict[str, str]]:
             return self._prepare(session, i, rnd, salt)
 
-        async def one(i: int) -> None:
-            rec = RequestRecord(index=i, round=rnd)
+        async def one(i: int, at: float | None = None) -> None:
+            rec = self._targets(RequestRecord(index=i, round=rnd, due=at))
             out.append(rec)
             body, headers = ready.pop(i, None) or prepare(i)
             await self._send(session, body, rec, headers)
@@ -160,6 +223,9 @@ class LevelRunner:
             for i in counter:
                 await one(i)
 
+        if due is not None:
+            await self._scheduled(one, concurrency, indices, due)
+            return
         if rate is None:
             await asyncio.gather(*(worker() for _ in range(min(concurrency, len(indices)))))
             return
@@ -178,6 +244,27 @@ class LevelRunner:
             await asyncio.sleep(max(due - time.perf_counter(), 0.0))
         await asyncio.gather(*tasks)
 
+    @staticmethod
+    async def _scheduled(one: Callable[[int, float], Awaitable[None]], cap: int,
+                         indices: list[int], due: list[float]) -> None:
+        """Send each request at ``t0 + due[i]`` (an absolute schedule: a slow turn of the
+        loop delays one send, not the rest), at most ``cap`` in flight: an arrival past the
+        cap waits, and its record's ``due`` shows how late it went."""
+        sem = asyncio.Semaphore(cap)
+        t0 = time.perf_counter()
+
+        async def paced(i: int, at: float) -> None:
+            async with sem:
+                await one(i, at)
+        tasks = []
+        for i in sorted(indices, key=lambda j: due[j]):
+            at = t0 + due[i]
+            wait = at - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            tasks.append(asyncio.ensure_future(paced(i, at)))
+        await asyncio.gather(*tasks)
+
     async def _open_connections(self, session: Any, concurrency: int, level: int,
                                 shard: int) -> list[RequestRecord]:
         """C one-token requests at once, so every round starts on open keep-alive connections."""
@@ -191,22 +278,25 @@ class LevelRunner:
         return recs
 
     # -- one shard --------------------------------------------------------------------------
-    async def run_shard(self, concurrency: int, level: int, shard: int = 0, shards: int = 1,
-                        sync: Sync | None = None, out: ShardOutcome | None = None
-                        ) -> ShardOutcome:
+    async def run_shard(self, level: Level | int, level_index: int, shard: int = 0,
+                        shards: int = 1, sync: Sync | None = None,
+                        out: ShardOutcome | None = None) -> ShardOutcome:
         """This process's share of a level: open connections, warm up (discarded unless it
         fails), then the measured rounds."""
         w = self.workload
+        lv = level if isinstance(level, Level) else Level.of(level)
+        cap = w.in_flight_cap(lv)
         res = out if out is not None else ShardOutcome()
-        c = share(concurrency, shard, shards)
-        rate = w.request_rate / shards if w.request_rate else None
-        n = w.requests_for(concurrency)
+        c = share(cap, shard, shards)
+        rate = (w.request_rate / shards if w.request_rate and
+                lv.kind is LevelKind.CONCURRENCY else None)
+        n = self.level_requests(lv)
         # everything alive now (a Ray worker holds a lot) is moved out of the collector's
         # way, so that the garbage of a million reads does not trigger full passes over it
         gc.freeze()
         try:
-            await self._shard(c, w.rounds_for(concurrency), rate, n, level, shard, shards,
-                              sync, res)
+            await self._shard(c, w.rounds_for(cap), rate, n, level_index, shard, shards,
+                              sync, res, lv)
         finally:
             gc.unfreeze()
         for r in res.records:  # the count proof, after the clock (and the self-check)
@@ -216,8 +306,8 @@ class LevelRunner:
         return res
 
     async def _shard(self, c: int, rounds: int, rate: float | None, n: int, level: int,
-                     shard: int, shards: int, sync: Sync | None, res: ShardOutcome
-                     ) -> ShardOutcome:
+                     shard: int, shards: int, sync: Sync | None, res: ShardOutcome,
+                     lv: Level | None = None) -> ShardOutcome:
         w = self.workload
         async with self._session(c) as session:
             res.reader = ("aiohttp" if not isinstance(session, ConnectionPool)
@@ -227,7 +317,7 @@ class LevelRunner:
                 cpu0, t0 = cpu_seconds(), time.perf_counter()
                 kept0 = 0
                 try:
-                    warm = await self._open_connections(session, c, level, shard)
+                    warm = await self._open_connections(session, min(c, n), level, shard)
                     if w.warmup_requests:
                         await self._issue(session, c,
                                           list(range(shard, w.warmup_requests, shards)), -1,
@@ -242,11 +332,13 @@ class LevelRunner:
                     kept0 = getattr(session, "kept_reads", 0)
                     for rnd in range(0 if stop else rounds):
                         mine = list(range(shard, n, shards))
+                        due = self.schedule(lv, n, rnd) if lv is not None else None
                         with lag.paused():  # built before the round's clock starts
-                            ready = self._first_wave(session, c, mine, rnd, level * 1000)
+                            ready = self._first_wave(session, min(c, 64) if due else c,
+                                                     mine, rnd, level * 1000)
                         ts = time.perf_counter()
                         await self._issue(session, c, mine, rnd, level * 1000, res.records,
-                                          rate, ready)
+                                          rate, ready, due)
                         res.rounds.append((rnd, ts, time.perf_counter()))
                         bad = any(not r.ok for r in res.records if r.round == rnd)
                         if await sync.agree(bad) if sync else bad:
@@ -277,8 +369,10 @@ class LevelRunner:
         except (TimeoutError, aiohttp.ClientError):
             pass
 
-    async def run_level(self, concurrency: int, level_index: int = 0) -> LevelResult:
+    async def run_level(self, level: Level | int, level_index: int = 0) -> LevelResult:
         w = self.workload
+        lv = level if isinstance(level, Level) else Level.of(level)
+        concurrency = w.in_flight_cap(lv)
         shards = max(1, min(self.shards, concurrency))
         outs: list[ShardOutcome] = []
         samples: list[MetricsSample] = []
@@ -292,9 +386,9 @@ class LevelRunner:
             try:
                 if shards == 1:
                     outs.append(ShardOutcome())
-                    work = self.run_shard(concurrency, level_index, out=outs[0])
+                    work = self.run_shard(lv, level_index, out=outs[0])
                 else:
-                    work = run_sharded(shard_main, self._init, concurrency, level_index,
+                    work = run_sharded(shard_main, self._init, lv, level_index,
                                        shards, w.level_timeout_s, outs)
                 await asyncio.wait_for(work, timeout=w.level_timeout_s)
             except TimeoutError:
@@ -307,7 +401,7 @@ class LevelRunner:
         records = [r for o in outs for r in o.records]
         self.last_records = records  # kept for the per-request artifact
         if timed_out:
-            return LevelResult(concurrency=concurrency, status=LevelStatus.INVALID,
+            return LevelResult(concurrency=concurrency, level=lv, status=LevelStatus.INVALID,
                                reason=f"level deadline of {w.level_timeout_s:.0f} s "
                                       "passed (server hung?)",
                                errors={"level_timeout": 1}, time_scale=self.time_scale,
@@ -315,7 +409,7 @@ class LevelRunner:
                                host_load=host_load)
         broken = [o.error for o in outs if o.error]
         if broken:
-            return LevelResult(concurrency=concurrency, status=LevelStatus.INVALID,
+            return LevelResult(concurrency=concurrency, level=lv, status=LevelStatus.INVALID,
                                reason=f"client shard failed: {broken[0][:300]}",
                                errors={"client_error": len(broken)}, time_scale=self.time_scale,
                                requests=len(records), wall_s=time.perf_counter() - t_wall,
@@ -331,7 +425,8 @@ class LevelRunner:
             events_scanned=sum(r.scanned_events for r in records if r.round >= 0),
             events_json=sum(r.parsed_events for r in records if r.round >= 0))
         result = aggregate_level(concurrency, w, records, rounds, samples, health,
-                                 self.time_scale, self.slo)
+                                 self.time_scale, self.slo, lv,
+                                 self.offered_rps(lv, self.level_requests(lv)))
         return result.model_copy(update={"wall_s": time.perf_counter() - t_wall,
                                           "host_load": host_load})
 
@@ -343,8 +438,8 @@ def sample_interval(elapsed_s: float) -> float:
     return min(0.25, max(0.005, elapsed_s / 10))
 
 
-def shard_main(init: dict[str, Any], concurrency: int, level: int, shard: int, shards: int,
-               barrier: Any, flag: Any, writer: Any, timeout: float) -> None:
+def shard_main(init: dict[str, Any], concurrency: Level | int, level: int, shard: int,
+               shards: int, barrier: Any, flag: Any, writer: Any, timeout: float) -> None:
     """Entry point of a shard process: run its share, send back a ``ShardOutcome``."""
     try:
         runner = LevelRunner(**init)

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import json
 import random
+import zlib
 from pathlib import Path
 from typing import Any
+
+from actors.contracts.traffic import PlannedRequest
 
 __all__ = ["PromptFactory", "usable_token_ids", "load_tokenizer"]
 
@@ -65,6 +68,7 @@ class PromptFactory:
         self._prefix = rng.choices(ids, k=shared_prefix)
         self._nonce_digits = self._digits(self.nonce, 4)  # the same in every prompt
         self.tokenizer = tokenizer
+        self._segments: dict[tuple[int, str], list[int]] = {}
 
     def _digits(self, n: int, count: int) -> list[int]:
         """``count`` base-|ids| digits of ``n`` as token ids."""
@@ -83,20 +87,59 @@ class PromptFactory:
         tail = rng.choices(self.ids, k=body_len - len(head))  # (one call: built per request)
         return self._prefix + head + tail
 
+    def _segment_ids(self, salt: int, key: str, tokens: int) -> list[int]:
+        """A segment's token ids: equal (``salt``, ``key``) give equal tokens (a longer
+        segment extends a shorter one), unlike keys or salts share nothing."""
+        got = self._segments.get((salt, key))
+        if got is None or len(got) < tokens:
+            rng = random.Random(f"{self._seed}-{salt}-{key}")
+            head = self._digits(zlib.crc32(key.encode()) + salt * 1_000_003, 4)
+            got = (head + self._nonce_digits + rng.choices(self.ids, k=max(0, tokens - 8)))
+            if len(self._segments) > 4096:
+                self._segments.clear()
+            self._segments[(salt, key)] = got
+        return got[:tokens]
+
+    def planned(self, req: PlannedRequest, salt: int, chat: bool
+                ) -> list[int] | str | list[dict[str, str]]:
+        """A planned request's prompt: token ids (completions, no text), text (completions
+        of text segments), or chat messages (one per run of segments of one role)."""
+        if not chat:
+            if not req.text:
+                return [t for s in req.segments for t in self._segment_ids(salt, s.key,
+                                                                           s.tokens)]
+            return "\n\n".join(s.text if s.text is not None else
+                               self._words(salt, s.key, s.tokens) for s in req.segments)
+        msgs: list[dict[str, str]] = []
+        for s in req.segments:
+            text = s.text if s.text is not None else (
+                self._sized_text(self._segment_ids(salt, s.key, s.tokens), s.tokens)
+                if self.tokenizer is not None else self._words(salt, s.key, s.tokens))
+            if msgs and msgs[-1]["role"] == s.role:
+                msgs[-1]["content"] += "\n\n" + text
+            else:
+                msgs.append({"role": s.role, "content": text})
+        return msgs
+
+    def _words(self, salt: int, key: str, tokens: int) -> str:
+        rng = random.Random(f"{self._seed}-{salt}-{key}-t")
+        return " ".join([f"r{self.nonce}x{salt}x{zlib.crc32(key.encode())}"]
+                        + [rng.choice(_WORDS) for _ in range(tokens - 1)])
+
     def make_text(self, index: int, salt: int = 0) -> str:
         """A text prompt for chat: ``length`` tokens of the model's tokenizer where there is
         one (decode ids, re-encode, trim or extend until the length holds), else ``length``
         words (what the sim counts). The server's ``usage.prompt_tokens`` is checked."""
         if self.tokenizer is not None:
-            return self._sized_text(self.make(index, salt))
+            return self._sized_text(self.make(index, salt), self.length)
         rng = random.Random(f"{self._seed}-{salt}-{index}-t")
         words = [f"r{self.nonce}x{salt}x{index}"] + [rng.choice(_WORDS)
                                                      for _ in range(self.length - 1)]
         return " ".join(words)
 
 
-    def _sized_text(self, ids: list[int], tries: int = 10) -> str:
-        tok, n = self.tokenizer, self.length
+    def _sized_text(self, ids: list[int], n: int, tries: int = 10) -> str:
+        tok = self.tokenizer
         if tok is None:
             raise RuntimeError("sizing a text prompt needs the model's tokenizer")
         text = tok.decode(ids)

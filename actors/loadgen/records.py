@@ -39,6 +39,12 @@ class RequestRecord:
     #: (framed, bytes) where framed reads are whole HTTP chunks (the lean fast path)
     body: list[tuple[bool, bytes]] = field(default_factory=list)
     proof: StreamProof | None = None
+    #: this request's own targets (a request list's lengths); None: the workload's shape.
+    #: ``want_prompt`` None with ``text_prompt``: the server's count is taken as is
+    want_output: int | None = None
+    want_prompt: int | None = None
+    text_prompt: bool = False
+    due: float | None = None  # open loop: when the schedule said to send it (perf_counter)
 
     @property
     def ok(self) -> bool:

@@ -60,7 +60,7 @@ def share(total: int, k: int, shards: int) -> int:
     return total // shards + (1 if k < total % shards else 0)
 
 
-async def run_sharded(target: Callable[..., None], init: dict[str, Any], concurrency: int,
+async def run_sharded(target: Callable[..., None], init: dict[str, Any], concurrency: Any,
                       level: int, shards: int, timeout: float,
                       outs: list[ShardOutcome]) -> None:
     """Run one level over ``shards`` spawned processes; their outcomes are appended to

@@ -83,7 +83,8 @@ def _run(args: argparse.Namespace) -> tuple[int, Ledger | None]:
     for sweep_id in reap_orphans(root):
         _print(f"stopped engines left running by sweep {sweep_id} (its driver is gone)")
     with InterruptGuard():  # from the sweep's creation on, a signal is recorded
-        ledger = Ledger.create(Path(args.spec).read_text(), spec.name, root)
+        ledger = Ledger.create(Path(args.spec).read_text(), spec.name, root,
+                               _request_file(spec, Path(args.spec).parent))
         try:
             n_ok = sum(p.feasible for p in planned)
             _print(f"sweep {ledger.sweep_id}: {_header(spec, len(planned), n_ok)} on "
@@ -101,6 +102,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     ledger = Ledger.open(args.sweep)
     ledger.check_spec()  # an edited spec.yaml is refused, naming what changed
+    ledger.check_requests()  # and so is a changed request file
     spec = load_spec(ledger.dir / "spec.yaml")
     _cluster_accepts_us(spec)
     # refused at once while the sweep's driver lives: its engines are never touched
@@ -112,6 +114,15 @@ def cmd_resume(args: argparse.Namespace) -> int:
             code = _interrupted(ledger)
         doc.update(sweep_document(ledger, code))
     return code
+
+
+def _request_file(spec: SweepSpec, spec_dir: Path) -> Path | None:
+    """The request file the spec names (the sweep keeps a copy), if any."""
+    from actors.contracts.traffic import FileSource
+    from orchestrator.spec.traffic_plan import request_file
+
+    src = spec.workload.requests
+    return request_file(src, spec_dir) if isinstance(src, FileSource) else None
 
 
 def _to_run(spec: SweepSpec, feasible: int) -> int:

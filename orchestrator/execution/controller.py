@@ -47,6 +47,7 @@ from orchestrator.results.outbox import TrackingOutbox
 from orchestrator.results.records import SEARCH_PARAMS_FILE, write_trial_files
 from orchestrator.results.refit import refit_profile
 from orchestrator.spec import SweepSpec
+from orchestrator.spec.traffic_plan import build_plan, workload_fingerprint
 
 __all__ = ["SweepController", "connect_ray"]
 
@@ -125,6 +126,10 @@ class SweepController:
         self.tick_s = tick_s
         self.cluster: Cluster = cluster if cluster is not None else RayCluster()
         self.shape: ModelShape | None = spec_shape(spec)
+        # the request list every trial is measured on: built once, from the sweep's copy
+        self.plan = build_plan(spec.workload, ledger.dir,
+                               spec.model.tokenizer or spec.model.path)
+        self.fingerprint = workload_fingerprint(spec.workload, self.plan)
         nodes = self.cluster.nodes()
         self.use_gpus = any(n.gpus for n in nodes)
         c = spec.cluster
@@ -264,7 +269,8 @@ class SweepController:
             selector = {NODE_ID_LABEL: node}
         trial = TrialExecution(planned, self.spec, self.ledger.sweep_id, trial_dir,
                                self.shape, self.use_gpus, self.cluster,
-                               on_event=self._on_event, attempt=attempt, pin=selector)
+                               on_event=self._on_event, attempt=attempt, pin=selector,
+                               plan=self.plan, fingerprint=self.fingerprint)
         if node is not None:
             self.packer.take(trial, node, planned.config.tp)
         self.running[trial.begin()] = trial

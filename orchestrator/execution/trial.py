@@ -29,6 +29,7 @@ from actors.contracts.messages import LaunchInfo, Observation, Readiness, StopRe
 from actors.contracts.results import Capacity, LevelResult, TrialResult
 from actors.contracts.shapes import ModelShape
 from actors.contracts.states import FailureClass
+from actors.contracts.traffic import LevelKind, RequestPlan
 from actors.engines import LaunchContext, LogEvent, get_adapter
 from actors.procs import reap
 from orchestrator.execution import verdicts
@@ -75,7 +76,8 @@ TIMEOUT_CLASS: dict[TrialPhase, FailureClass] = {
 class TrialExecution:
     def __init__(self, planned: PlannedTrial, spec: SweepSpec, sweep_id: str, trial_dir: Path,
                  shape: ModelShape | None, use_gpus: bool, cluster: Cluster,
-                 on_event: Any = None, attempt: int = 1, pin: dict[str, str] | None = None):
+                 on_event: Any = None, attempt: int = 1, pin: dict[str, str] | None = None,
+                 plan: RequestPlan | None = None, fingerprint: str = ""):
         self.planned, self.spec, self.cfg = planned, spec, planned.config
         self.key = self.cfg.key()
         self.sweep_id, self.dir, self.shape = sweep_id, trial_dir, shape
@@ -83,6 +85,7 @@ class TrialExecution:
         self.attempt = attempt  # 1 for the first run; retries count up (failure.retries)
         self.pin = pin  # node labels the placement must match (the node packing chose)
         self.on_event = on_event or (lambda kind, data: None)
+        self.plan, self.fingerprint = plan, fingerprint  # the request list; its schedule's id
         self.adapter = get_adapter(self.cfg.engine)
         self.phase = TrialPhase.PLACE
         self.deadline: float | None = None
@@ -184,7 +187,7 @@ class TrialExecution:
             self.pg, self.cfg.engine, ready.base_url, self.spec.model.served_name or
             self._served_name(), w.model_dump(mode="json"), vocab,
             self.spec.model.tokenizer or self.spec.model.path, self.time_scale, api_key,
-            None, None, self.spec.slo.model_dump(mode="json"))
+            None, None, self.spec.slo.model_dump(mode="json"), self.plan)
         return self._next_level()
 
     def _served_name(self) -> str:
@@ -192,17 +195,21 @@ class TrialExecution:
 
     def _next_level(self) -> Any:
         w, fp = self.spec.workload, self.spec.failure
-        if self.level_i >= len(w.concurrency):
+        levels = w.levels()
+        if self.level_i >= len(levels):
             self._enter(TrialPhase.OBSERVE, fp.observe_timeout_s)
             return self.cluster.call(self.host, "observe")
-        c = w.concurrency[self.level_i]
+        lv = levels[self.level_i]
         if self.hold_s is not None:
             self._enter(TrialPhase.LEVEL, self.hold_s + fp.call_grace_s)
-            return self.cluster.call(self.host, "hold_level", c, self.hold_s)
+            return self.cluster.call(self.host, "hold_level", w.in_flight_cap(lv), self.hold_s)
         self._enter(TrialPhase.LEVEL, w.level_timeout_s + fp.call_grace_s)
-        return self.cluster.call(self.lg, "run_level", c, self.level_i)
+        return self.cluster.call(self.lg, "run_level", lv.key, self.level_i)
 
     def _after_level(self, measured: LevelResult) -> Any:
+        if measured.level is None:  # the sim's hold mode knows only the in-flight count
+            measured = measured.model_copy(
+                update={"level": self.spec.workload.levels()[self.level_i]})
         level = verdicts.flag_queueing(measured, self._prediction(measured))
         level = verdicts.flag_sim_pace(level, self.spec.sim.late_share_max,
                                        self.spec.sim.lost_share_max)
@@ -303,7 +310,8 @@ class TrialExecution:
             wall_s=time.monotonic() - self.t0, applied=applied, versions=versions,
             host={**host, "loadgen_node_id": lg_node},
             hardware=self.spec.hardware, time_scale=self.time_scale,
-            log_tail=self.log_tail[-8000:], attempt=self.attempt)
+            log_tail=self.log_tail[-8000:], attempt=self.attempt,
+            workload_fingerprint=self.fingerprint)
         self.phase = TrialPhase.DONE
         return None
 
@@ -368,8 +376,9 @@ class TrialExecution:
         cap = self.capacity
         blocks = (cap.usable_blocks if cap else None) or level.server.num_blocks
         bs = (cap.block_size if cap else None) or level.server.block_size
-        if not blocks or not bs or cap is None:
-            return None
+        if not blocks or not bs or cap is None or self.plan is not None or \
+                level.identity.kind is not LevelKind.CONCURRENCY:
+            return None  # the prediction is the fixed shape's, in a closed loop
         return predict_level(cap.policy, int(blocks), int(bs), self.spec.workload.prompt_tokens,
                              self.spec.workload.output_tokens, level.concurrency,
                              self.cfg.max_num_seqs, cap.max_model_len)

@@ -109,6 +109,10 @@ class SweepCreated(_Event):
     type: Literal[EventKind.SWEEP] = EventKind.SWEEP
     spec_sha256: str
     spec: dict[str, Any] = Field(default_factory=dict)
+    #: the request file the spec names (absolute, as it was) and its bytes' sha256; the
+    #: sweep keeps a copy under ``requests/`` (``orchestrator.spec.traffic_plan``)
+    requests_path: str | None = None
+    requests_sha256: str | None = None
 
 
 class DriverStarted(_Event):

@@ -46,6 +46,7 @@ from orchestrator.results.events import (
     parse_event,
 )
 from orchestrator.results.ledger_lines import Damage, scan, seal
+from orchestrator.spec.traffic_plan import REQUESTS_DIR
 
 __all__ = ["Ledger", "state_root", "new_sweep_id", "atomic_write", "QUARANTINE", "SpecChanged",
            "spec_diff"]
@@ -107,12 +108,12 @@ def spec_diff(a: Any, b: Any, path: str = "") -> list[str]:
     return [] if a == b else [path or "(the whole spec)"]
 
 
-def atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str | bytes) -> None:
     """Replace ``path`` with ``text`` whole or not at all (a failed write, e.g. a full disk,
     leaves the old file and no temporary one)."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        with open(tmp, "w") as f:
+        with open(tmp, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -132,15 +133,26 @@ class Ledger:
 
     # -- creation and lookup ----------------------------------------------------------------
     @classmethod
-    def create(cls, spec_text: str, name: str, root: Path | None = None) -> Ledger:
+    def create(cls, spec_text: str, name: str, root: Path | None = None,
+               requests: Path | None = None) -> Ledger:
+        """A new sweep folder holding the spec as given and a copy of its request file
+        (``requests/<name>``, so resume, report and export rebuild the same list)."""
         root = root or state_root()
         sweeps = root / "sweeps"
         sweep_dir = sweeps / new_sweep_id(name)
         (sweep_dir / "trials").mkdir(parents=True)
         (sweep_dir / "spec.yaml").write_text(spec_text)
+        req_sha = None
+        if requests is not None:
+            (sweep_dir / REQUESTS_DIR).mkdir()
+            data = requests.read_bytes()
+            atomic_write(sweep_dir / REQUESTS_DIR / requests.name, data)
+            req_sha = _sha256(data)
         ledger = cls(sweep_dir)
         ledger.append(SweepCreated(spec_sha256=_sha256(spec_text.encode()),
-                                   spec=_as_dict(spec_text)))
+                                   spec=_as_dict(spec_text),
+                                   requests_path=str(requests.resolve()) if requests else None,
+                                   requests_sha256=req_sha))
         atomic_write(sweeps / "LATEST", sweep_dir.name + "\n")
         return ledger
 
@@ -312,6 +324,23 @@ class Ledger:
 
     def spec_text(self) -> str:
         return (self.dir / "spec.yaml").read_text()
+
+    def check_requests(self) -> None:
+        """Refuse (``SpecChanged``, exit 2) a sweep whose request file changed: the file the
+        spec named (where it still exists) or the sweep's own copy, against the sha256
+        recorded when the sweep was created."""
+        created = next((ev for ev in self.events() if isinstance(ev, SweepCreated)), None)
+        if created is None or created.requests_path is None:
+            return
+        original = Path(created.requests_path)
+        copy = self.dir / REQUESTS_DIR / original.name
+        for path in (original, copy):
+            if path.is_file() and _sha256(path.read_bytes()) != created.requests_sha256:
+                raise SpecChanged(
+                    f"{path} changed after sweep {self.sweep_id} started from it (sha256 "
+                    f"{created.requests_sha256[:12] if created.requests_sha256 else '?'}...): "
+                    "its trials ran on the old requests. Put the file back to resume, or "
+                    f"start a new sweep on the new file: `servesweep run <spec>`")
 
     def check_spec(self) -> None:
         """Refuse (``SpecChanged``, exit 2) a sweep whose ``spec.yaml`` is not the spec it

@@ -37,6 +37,7 @@ from actors.engines import adapter_names, get_adapter
 from orchestrator.errors import SpecError
 from orchestrator.spec.rules import EngineRules
 from orchestrator.spec.search import SearchSpec, check_search_against
+from orchestrator.spec.traffic_plan import fill_lengths
 from orchestrator.spec.yaml_load import MAX_BYTES, bounded, load_yaml
 
 __all__ = ["ClusterSpec", "TrialOrder", "SLO", "SearchSpec", "FailurePolicy", "SweepSpec",
@@ -265,10 +266,20 @@ def format_validation_error(err: ValidationError, source: str = "spec") -> str:
     return "\n".join(lines)
 
 
-def parse_spec(data: Any, source: str = "spec") -> SweepSpec:
+def parse_spec(data: Any, source: str = "spec", base_dir: Path | None = None) -> SweepSpec:
+    """Validate a spec's data; ``base_dir`` (the spec's folder) resolves a request file's
+    relative path, whose longest request sets the workload's lengths."""
     if not isinstance(data, dict):
         raise SpecError(f"{source}: the top level must be a mapping of fields, got "
                         f"{type(data).__name__}")
+    if isinstance(data.get("workload"), dict):
+        model = data.get("model") if isinstance(data.get("model"), dict) else {}
+        tok = model.get("tokenizer") or model.get("path")
+        try:
+            data = {**data, "workload": fill_lengths(data["workload"], base_dir,
+                                                     tok if isinstance(tok, str) else None)}
+        except SpecError as err:
+            raise SpecError(f"{source}: {err}") from None
     try:
         return SweepSpec.model_validate(data, context={"rules": EngineRules()})
     except ValidationError as err:
@@ -283,7 +294,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     if p.stat().st_size > MAX_BYTES:  # refused before it is read into memory
         raise SpecError(f"{p}: {p.stat().st_size:,} bytes; a spec may have at most "
                         f"{MAX_BYTES:,}")
-    return parse_spec(load_yaml(p.read_text(errors="replace"), str(p)), str(p))
+    return parse_spec(load_yaml(p.read_text(errors="replace"), str(p)), str(p), p.parent)
 
 
 def preflight(spec: SweepSpec) -> None:

@@ -21,6 +21,7 @@ from actors.contracts.messages import LaunchInfo, Observation, Readiness, StopRe
 from actors.contracts.reaping import NodeReap, ReapTarget
 from actors.contracts.results import LevelMetrics, LevelResult
 from actors.contracts.states import FailureClass, TrialStatus
+from actors.contracts.traffic import Level
 from orchestrator.execution.cluster import NODE_ID_LABEL, NodeInfo
 from orchestrator.execution.controller import SweepController
 from orchestrator.execution.progress import Progress
@@ -82,11 +83,14 @@ class StandInLoadGen:
         self.raises = raises
         self.dead = dead  # its node is gone: every call answers ActorDiedError
 
-    def run_level(self, c: int, i: int) -> LevelResult:
+    def run_level(self, key: str, i: int) -> LevelResult:
         if self.raises is not None:
             raise self.raises
-        return LevelResult(concurrency=c, status="valid", requests=2 * c, metrics=LevelMetrics(
-            output_tok_s=100.0 * c, total_tok_s=150.0 * c, requests_s=c / 2))
+        lv = Level.parse(key)  # the driver names levels by key (c=8)
+        c = int(lv.value)
+        return LevelResult(concurrency=c, level=lv, status="valid", requests=2 * c,
+                           metrics=LevelMetrics(output_tok_s=100.0 * c, total_tok_s=150.0 * c,
+                                                requests_s=c / 2))
 
     def records_csv(self) -> str:
         return "level,round\n"
