@@ -129,7 +129,7 @@ class Workload(Frozen):
     from it and ``prompt_tokens`` / ``output_tokens`` are its longest (filled in by
     ``orchestrator.spec``: they size the server). Levels: closed loop at each
     ``concurrency``, open loop at each of ``rates`` (gamma arrivals of shape
-    ``1 / burstiness``: 1 is Poisson, above 1 burstier), the file's own timestamps sped up
+    ``burstiness``: 1 is Poisson, below 1 burstier, as in vLLM), the file's own timestamps sped up
     by each of ``trace_speedups``."""
 
     prompt_tokens: PosInt

@@ -30,7 +30,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["LengthDist", "SyntheticSource", "FileSource", "RequestSource", "Segment",
-           "PlannedRequest", "RequestPlan", "LevelKind", "Level", "FILE_FORMATS"]
+           "PlannedRequest", "RequestPlan", "LevelKind", "Level", "FILE_FORMATS",
+           "arrival_offsets"]
 
 FILE_FORMATS = ("auto", "mooncake", "prompts", "sharegpt")
 _Pos = Annotated[int, Field(gt=0)]
@@ -268,3 +269,25 @@ class Level(_F):
 
     def __str__(self) -> str:
         return self.key
+
+
+def arrival_offsets(level: Level, n: int, rnd: int, seed: int, burstiness: float,
+                    plan: RequestPlan | None) -> list[float] | None:
+    """Send offsets (engine seconds from a round's start) of requests 0..n-1 at an
+    open-loop ``level``; None for a closed loop. A rate draws gamma gaps of shape
+    ``burstiness`` (1: Poisson; below 1 burstier, as ``vllm bench serve --burstiness``)
+    seeded by ``seed``, the level and the round, so every config gets the same times; a
+    trace replays the plan's offsets divided by its speed-up."""
+    if level.kind is LevelKind.CONCURRENCY:
+        return None
+    if level.kind is LevelKind.TRACE:
+        if plan is None or not plan.timed:
+            raise ValueError("a trace level needs a request list with timestamps")
+        return [(plan.requests[i].at_s or 0.0) / level.value for i in range(n)]
+    rng = random.Random(f"{seed}-{level.key}-{rnd}")
+    out, t = [], 0.0
+    for _ in range(n):
+        out.append(t)
+        t += rng.gammavariate(burstiness, 1.0 / (level.value * burstiness))
+    return out
+

@@ -29,7 +29,7 @@ from actors.contracts.config import Workload
 from actors.contracts.results import ClientHealth, LevelResult
 from actors.contracts.slo import SLO
 from actors.contracts.states import LevelStatus
-from actors.contracts.traffic import Level, LevelKind, RequestPlan
+from actors.contracts.traffic import Level, LevelKind, RequestPlan, arrival_offsets
 from actors.engines.base import MetricsSample
 from actors.loadgen.aggregate import (
     CHAT_TEMPLATE_MAX_OVERHEAD,
@@ -152,25 +152,12 @@ class LevelRunner:
         return w.requests_per_round or 64
 
     def schedule(self, lv: Level, n: int, rnd: int) -> list[float] | None:
-        """Send offsets (wall seconds from the round's start) of requests 0..n-1 for an
-        open-loop level; None for a closed loop. Rates draw gamma gaps of shape
-        ``burstiness`` (1: Poisson; below 1 burstier), seeded by the workload's seed, the
-        level and the round: every config gets the same times. Engine time: a sim at
-        time scale s stretches them by 1/s."""
+        """Send offsets (wall seconds from the round's start) of requests 0..n-1 at an
+        open-loop level (``traffic.arrival_offsets``, stretched by the sim's time scale);
+        None for a closed loop."""
         w = self.workload
-        if lv.kind is LevelKind.CONCURRENCY:
-            return None
-        if lv.kind is LevelKind.TRACE:
-            assert self.plan is not None and self.plan.timed
-            return [(self.plan.requests[i].at_s or 0.0) / lv.value * self.time_scale
-                    for i in range(n)]
-        rng = random.Random(f"{w.seed}-{lv.key}-{rnd}")
-        shape = w.burstiness
-        out, t = [], 0.0
-        for _ in range(n):
-            out.append(t * self.time_scale)
-            t += rng.gammavariate(shape, 1.0 / (lv.value * shape))
-        return out
+        due = arrival_offsets(lv, n, rnd, w.seed, w.burstiness, self.plan)
+        return None if due is None else [t * self.time_scale for t in due]
 
     def offered_rps(self, lv: Level, n: int) -> float | None:
         """The schedule's request rate (engine time)."""

@@ -37,7 +37,7 @@ def _search_lines(spec: Any, planned: list[Any]) -> list[str]:
     s = spec.search
     lines = []
     if s.kind == "optuna":
-        regimes = ", ".join(f"{n} {c}" for n, c in s.regime_levels(spec.workload.concurrency)
+        regimes = ", ".join(f"{n} {c}" for n, c in s.regime_levels(spec.workload.levels())
                             .items())
         slo = ", ".join(f"{k} <= {v:g}" for k, v in spec.slo.model_dump(exclude_none=True)
                         .items()) or "none"
@@ -70,8 +70,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         plist, total_s = predict_sweep(planned, spec, spec_shape(spec), overheads)
         preds = {p.key: p for p in plist}
     pace = _host_pace(spec, planned, preds)
+    from orchestrator.spec.traffic_plan import mix_summary
+
+    mix = mix_summary(spec.workload, spec.request_plan())
     if args.json:
-        out = {"spec": spec.name, "host_pace": pace, "trials": [
+        out = {"spec": spec.name, "host_pace": pace, "traffic": mix, "trials": [
             {"key": p.config.key(), "label": p.config.label(), "feasible": p.feasible,
              "reason": p.reason, "config": p.config.model_dump(mode="json"),
              "prediction": (preds[p.config.key()].levels if p.config.key() in preds else None)}
@@ -80,8 +83,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _print(document("plan", out))
         return EXIT_OK
     _print(f"{spec.name}: {len(planned)} trials, {len(feasible)} to run, "
-           f"{len(planned) - len(feasible)} infeasible; concurrency {spec.workload.concurrency}; "
+           f"{len(planned) - len(feasible)} infeasible; levels {', '.join(mix['levels'])}; "
            f"search {spec.search.kind}")
+    _print(_traffic_line(mix))
     for line in _search_lines(spec, planned):
         _print(line)
     for i, p in enumerate(planned, 1):
@@ -95,7 +99,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             for lv in pred.levels:
                 wait = f" wait<={lv['max_waiting']}" if lv["max_waiting"] else ""
                 pre = f" preempt={lv['preemptions']}" if lv["preemptions"] else ""
-                _print(f"          c={lv['concurrency']:<4} {lv['output_tok_s']:9.1f} tok/s  "
+                _print(f"          {lv.get('level', lv['concurrency']):<10} "
+                       f"{lv['output_tok_s']:9.1f} tok/s  "
                        f"TTFT p50 {lv['ttft_p50_ms']:7.1f} ms  ITL p50 {lv['itl_p50_ms']:6.2f} ms"
                        f"  run<={lv['max_running']}{wait}{pre}")
     if args.predict and not preds:
@@ -116,6 +121,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if pace and pace["problems"]:
         _print(_pace_line(pace, spec.sim.time_scale))
     return EXIT_OK
+
+
+def _traffic_line(mix: dict[str, Any]) -> str:
+    """The request mix in a line or two: source, lengths, prefix reuse, fingerprint."""
+    line = f"  traffic: {mix['source']}"
+    if mix.get("requests"):
+        p, o = mix["prompt_tokens"], mix["output_tokens"]
+        line += (f"\n    {mix['requests']} requests per round; prompt tokens p50 {p['p50']} "
+                 f"p90 {p['p90']} max {p['max']}; output p50 {o['p50']} p90 {o['p90']} "
+                 f"max {o['max']}; prefix hits the list implies {mix['implied_prefix_hits']:.0%}")
+        if mix.get("trace_span_s") is not None:
+            line += f"; trace spans {mix['trace_span_s']:.1f} s"
+    return line + f"\n    workload fingerprint {mix['fingerprint']}"
 
 
 def _host_pace(spec: Any, planned: list[Any], preds: dict[str, TrialPrediction]

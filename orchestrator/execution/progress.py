@@ -18,7 +18,7 @@ def _fmt(x: float | None, spec: str = ".0f", unit: str = "") -> str:
 
 def level_line(level: LevelResult) -> str:
     m = level.metrics
-    head = f"c={level.concurrency:<4} {level.status:<7}"
+    head = f"{level.key:<9} {level.status:<7}"
     if m is None:
         return f"{head} {level.reason}"
     flags = f"  [{', '.join(level.flags)}]" if level.flags else ""

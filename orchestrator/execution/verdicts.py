@@ -33,10 +33,10 @@ def after_check(obs: Observation, last: LevelResult) -> Failure | None:
     but stalled (hang), or fine (the errors are the level's own: measure on)."""
     if not obs.alive:
         return (FailureClass.CRASH_MID_RUN, f"server exited with code {obs.returncode} at "
-                f"concurrency {last.concurrency}: {last.reason}")
+                f"{last.key}: {last.reason}")
     if set(last.errors) & HUNG:
-        return (FailureClass.HANG, f"server alive but stopped streaming at concurrency "
-                f"{last.concurrency}: {last.reason}")
+        return (FailureClass.HANG, f"server alive but stopped streaming at "
+                f"{last.key}: {last.reason}")
     return None
 
 
@@ -105,7 +105,7 @@ def final_status(failure: Failure | None, levels: list[LevelResult],
         return TrialStatus.FAILED, failure[0].value, failure[1]
     invalid = [lv for lv in levels if lv.status == "invalid"]
     if invalid:
-        message = "; ".join(f"c={lv.concurrency}: {lv.reason}" for lv in invalid)
+        message = "; ".join(f"{lv.key}: {lv.reason}" for lv in invalid)
         if capacity is not None and capacity.rejects_requests:
             message = f"{capacity.note}; {message}"
         return TrialStatus.INVALID, INVALID_LEVEL, message

@@ -12,6 +12,8 @@ say why, in the order they are checked:
   (``workload.trust_usage``);
 - ``sim_behind``: the sim could not keep its time scale on this host, so its numbers
   follow the host's load rather than the model (``actors.sim.pace``);
+- ``late_sends``: an open-loop level sent some request late (the load offered was not the
+  schedule's);
 - ``slo``: a limit of the spec's SLO is missed there (judged only when an SLO is given:
   the search treats SLOs as Optuna constraints instead, so it passes none).
 """
@@ -36,6 +38,7 @@ class Ineligible(enum.StrEnum):
     NO_METRICS = "no_metrics"
     UNVERIFIED = "unverified"
     SIM_BEHIND = "sim_behind"
+    LATE_SENDS = "late_sends"
     SLO = "slo"
 
     def hint(self) -> str:
@@ -48,6 +51,7 @@ _HINTS = {
     Ineligible.NO_METRICS: "nothing was measured",
     Ineligible.UNVERIFIED: "set workload.trust_usage to let usage-only counts win",
     Ineligible.SIM_BEHIND: "raise sim.time_scale, or run on an idle host",
+    Ineligible.LATE_SENDS: "lower the rate, raise workload.max_in_flight or client_shards",
     Ineligible.SLO: "misses a limit of the spec's slo",
 }
 
@@ -77,6 +81,8 @@ def why_not(level: LevelResult, *, trust_usage: bool = False,
         reasons.append(Ineligible.UNVERIFIED)
     if LevelFlag.SIM_BEHIND in level.flags:
         reasons.append(Ineligible.SIM_BEHIND)
+    if LevelFlag.LATE_SENDS in level.flags:
+        reasons.append(Ineligible.LATE_SENDS)
     if slo is not None and level.metrics is not None and slo_misses(level.metrics, slo):
         reasons.append(Ineligible.SLO)
     return reasons

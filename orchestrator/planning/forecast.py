@@ -9,16 +9,20 @@ what earlier sweeps measured around the trials (``planning.overheads``).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass
 
 from actors.contracts.config import TrialConfig
 from actors.contracts.hardware import get_hardware
 from actors.contracts.shapes import ModelShape
+from actors.contracts.traffic import LevelKind
 from actors.engines import get_adapter
 from actors.engines.sim import sim_settings
 from actors.sim.perf import DEFAULT_PROFILE
 from actors.sim.predict import build_engine, simulate_closed_loop
+from actors.sim.replay import simulate_requests
 from orchestrator.planning.feasibility import family_of
+from orchestrator.planning.model_view import sim_requests
 from orchestrator.planning.overheads import DEFAULTS, Overheads
 from orchestrator.planning.plan import PlannedTrial
 from orchestrator.spec import SweepSpec
@@ -53,16 +57,31 @@ def predict_trial(trial: TrialConfig, spec: SweepSpec, shape: ModelShape) -> Tri
     scale = spec.sim.time_scale if get_adapter(trial.engine).time_scaled else 1.0
     levels = []
     measure = 0.0
-    for c in w.concurrency:
+    plan = spec.request_plan()
+    for lv in w.levels():
         engine, _ = build_engine(shape, hw, profile, cfg, seed=spec.sim.seed, jitter=0.0,
                                  overrides=spec.sim.profiles.get(profile))
-        n = w.requests_for(c)
-        p = simulate_closed_loop(engine, c, n, w.prompt_tokens, w.output_tokens,
-                                 w.shared_prefix_tokens)
-        per_round = p.duration_s
+        c = w.in_flight_cap(lv)
+        if plan is None and lv.kind is LevelKind.CONCURRENCY:
+            n = w.requests_for(c)
+            p = simulate_closed_loop(engine, c, n, w.prompt_tokens, w.output_tokens,
+                                     w.shared_prefix_tokens)
+            per_round = p.duration_s
+            row = {k: v for k, v in asdict(p).items() if k != "requests"}
+        else:  # the request list itself, at its schedule (actors.sim.replay)
+            n = len(plan.requests) if plan else (w.requests_per_round or 64)
+            r = simulate_requests(engine, sim_requests(spec, lv, n), c)
+            per_round = r.duration_s
+            row = {"concurrency": c, "output_tok_s": r.output_tok_s,
+                   "ttft_p50_ms": r.ttft_p50_ms,
+                   "itl_p50_ms": statistics.median(x for x in r.itl_p99_ms if x is not None)
+                   if any(x is not None for x in r.itl_p99_ms) else 0.0,
+                   "max_running": 0, "max_waiting": 0, "preemptions": 0,
+                   "requests_s": r.requests_s}
+        row["level"] = lv.key
         warm = per_round * min(1.0, w.warmup_requests / n) if w.warmup_requests else 0.0
         measure += (warm + per_round * w.rounds_for(c)) * max(scale, 0.02) + 0.2
-        levels.append({k: v for k, v in asdict(p).items() if k != "requests"})
+        levels.append(row)
     return TrialPrediction(trial.key(), trial.label(), levels,
                            estimate_startup_s(trial, hw.kind), measure)
 

@@ -46,7 +46,7 @@ def expand_params(configs: list[TrialConfig], spec: SweepSpec) -> list[TrialConf
     params = spec.search.params
     if not params:
         return configs
-    highest = max(spec.workload.concurrency)
+    highest = spec.workload.top_concurrency
     out = configs
     for name, p in params.items():
         nxt: list[TrialConfig] = []

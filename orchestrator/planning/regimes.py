@@ -87,12 +87,13 @@ def _gmean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-def score_levels(levels: dict[int, LevelMetrics | None], cfg: TrialConfig, spec: SweepSpec,
+def score_levels(levels: dict[str, LevelMetrics | None], cfg: TrialConfig, spec: SweepSpec,
                  ) -> dict[str, RegimeScore]:
-    """Every regime's score from a trial's levels (None or absent: no valid measurement)."""
+    """Every regime's score from a trial's levels by key (None or absent: no valid
+    measurement)."""
     search = spec.search
     out = {}
-    for name, cs in search.regime_levels(spec.workload.concurrency).items():
+    for name, cs in search.regime_levels(spec.workload.levels()).items():
         ms = [levels.get(c) for c in cs]
         if any(m is None for m in ms):
             out[name] = RegimeScore(None)
@@ -114,11 +115,11 @@ def score_levels(levels: dict[int, LevelMetrics | None], cfg: TrialConfig, spec:
 
 def trial_scores(result: TrialResult, spec: SweepSpec) -> dict[str, RegimeScore]:
     """A measured trial's regime scores; a failed or invalid trial has none anywhere."""
-    levels: dict[int, LevelMetrics | None] = {}
+    levels: dict[str, LevelMetrics | None] = {}
     if result.status.has_measurements():
         for lv in result.levels:  # SLOs are the search's constraints, not a filter here
             ok = may_win(lv, trust_usage=spec.workload.trust_usage)
-            levels[lv.concurrency] = lv.metrics if ok else None
+            levels[lv.key] = lv.metrics if ok else None
     return score_levels(levels, result.config, spec)
 
 
@@ -130,7 +131,7 @@ def best_per_regime(results: list[TrialResult], spec: SweepSpec,
                     ) -> dict[str, tuple[TrialResult, RegimeScore] | None]:
     """The best measured trial of each regime among those meeting every SLO there."""
     best: dict[str, tuple[TrialResult, RegimeScore] | None] = {
-        n: None for n in spec.search.regime_levels(spec.workload.concurrency)}
+        n: None for n in spec.search.regime_levels(spec.workload.levels())}
     for r in results:
         for name, s in trial_scores(r, spec).items():
             cur = best[name]

@@ -48,7 +48,7 @@ class StudySearcher(Searcher):
         self.search = spec.search
         self.space = Space(planned, spec)
         self.storage = storage
-        self.regimes = self.search.regime_levels(spec.workload.concurrency)
+        self.regimes = self.search.regime_levels(spec.workload.levels())
         self.done = dict(done)  # never mutate the caller's view
         self.budget = BudgetTracker(self.search.budget, spec, shape, list(done.values()))
         self.rng = random.Random(self.search.seed)

@@ -1,4 +1,4 @@
-"""Winners per concurrency, crossovers and the Pareto front (pandas).
+"""Winners per level, crossovers and the Pareto front (pandas).
 
 Winner at a level: among the levels that may win there (``planning.eligibility``: valid,
 verified unless ``workload.trust_usage``, not ``sim_behind``, meeting the spec's SLOs), the
@@ -18,12 +18,14 @@ from dataclasses import dataclass
 import pandas as pd
 
 from actors.contracts.results import TrialResult
+from actors.contracts.traffic import Level
 from orchestrator.planning.eligibility import Ineligible, why_not
 from orchestrator.planning.regimes import level_objective
 from orchestrator.spec import SLO
 from orchestrator.spec.search import Objective
 
-__all__ = ["levels_frame", "Winner", "Crossover", "winners", "crossovers", "pareto_front"]
+__all__ = ["levels_frame", "Winner", "Crossover", "winners", "crossovers", "pareto_front",
+           "level_keys"]
 
 _METRICS = ("output_tok_s", "total_tok_s", "requests_s", "ttft_p50_ms", "ttft_p90_ms",
             "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "tpot_p50_ms", "e2e_p50_ms",
@@ -32,7 +34,9 @@ _METRICS = ("output_tok_s", "total_tok_s", "requests_s", "ttft_p50_ms", "ttft_p9
 
 def levels_frame(results: list[TrialResult], objective: Objective = Objective.OUTPUT_TOK_S,
                  slo: SLO | None = None, trust_usage: bool = False) -> pd.DataFrame:
-    """One row per (trial, concurrency) with status, flags and metrics; ``score`` is the
+    """One row per (trial, level) with status, flags and metrics; ``level`` is the level's
+    key (``c=8``, ``rate=4/s``), ``level_order`` sorts them, ``workload`` is the trial's
+    workload fingerprint (empty: recorded before fingerprints); ``score`` is the
     level's value of the spec's ``objective`` (``planning.regimes.level_objective``);
     ``why_not`` the reasons it may not win (``planning.eligibility``, comma-joined; empty:
     it may), judged against ``slo`` when one is given."""
@@ -45,7 +49,10 @@ def levels_frame(results: list[TrialResult], objective: Objective = Objective.OU
                    "label": first.label(),
                    "engine": r.config.engine,
                    "profile": r.config.profile, "tp": r.config.tp, "trial_status": r.status.value,
-                   "concurrency": lv.concurrency, "level_status": lv.status,
+                   "concurrency": lv.concurrency, "level": lv.key,
+                   "level_order": lv.identity.order, "level_kind": lv.identity.kind.value,
+                   "level_value": lv.identity.value, "workload": r.workload_fingerprint,
+                   "level_status": lv.status,
                    "flags": ",".join(lv.flags), "running_max": lv.server.running_max,
                    "waiting_max": lv.server.waiting_max, "preemptions": lv.server.preemptions,
                    "why_not": why}
@@ -55,8 +62,9 @@ def levels_frame(results: list[TrialResult], objective: Objective = Objective.OU
                             if lv.metrics else None)
             rows.append(row)
     cols = ["key", "identity", "config", "label", "engine", "profile", "tp", "trial_status",
-            "concurrency", "level_status", "flags", "running_max", "waiting_max", "preemptions",
-            "why_not", *_METRICS, "score"]
+            "concurrency", "level", "level_order", "level_kind", "level_value", "workload",
+            "level_status", "flags",
+            "running_max", "waiting_max", "preemptions", "why_not", *_METRICS, "score"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -78,11 +86,16 @@ class Winner:
     repeats: int = 1  # measurements of the winner at this level (restarts)
     objective: str = Objective.OUTPUT_TOK_S.value  # what ranked the configs
     score: float | None = None  # the winner's value of it (its median over repeats)
+    level: str = ""  # the level's key (``c=8``, ``rate=4/s``); empty: ``c=<concurrency>``
+
+    @property
+    def name(self) -> str:
+        return self.level or f"c={self.concurrency}"
 
 
 @dataclass(frozen=True)
 class Crossover:
-    between: tuple[int, int]
+    between: tuple[str, str]  # the two levels' keys
     from_label: str
     to_label: str
     within_noise: bool = False  # a winner on either side leads by less than the band
@@ -97,13 +110,20 @@ def winners(results: list[TrialResult], slo: SLO, band: float = 0.05,
     out: list[Winner] = []
     if df.empty:
         return out
-    for c in sorted(df["concurrency"].unique()):
-        at = df[df["concurrency"] == c]
+    for key in level_keys(df):
+        at = df[df["level"] == key]
+        c = int(at["concurrency"].iloc[0])
         ok = at[at["why_not"] == ""]
         eligible = _by_identity(ok).sort_values("score", ascending=False)
+        works = {w for w in ok["workload"] if w}
+        if len(works) > 1:  # never ranked across different request lists or schedules
+            out.append(Winner(c, None, None, None, None, None, None, None, None, False, 0,
+                              f"workloads differ: {len(works)} fingerprints at {key} "
+                              f"({', '.join(sorted(works))}); nothing ranked", level=key))
+            continue
         if eligible.empty:
-            out.append(Winner(int(c), None, None, None, None, None, None, None, None, False,
-                              0, _no_winner_note(at)))
+            out.append(Winner(c, None, None, None, None, None, None, None, None, False,
+                              0, _no_winner_note(at), level=key))
             continue
         best = eligible.iloc[0]
         runner = eligible.iloc[1] if len(eligible) > 1 else None
@@ -120,13 +140,21 @@ def winners(results: list[TrialResult], slo: SLO, band: float = 0.05,
             within_noise=bool(margin is not None and margin < noise), candidates=len(eligible),
             note=_join(str(best["flags"]), _excluded_note(at)), noise_band=noise,
             repeats=int(best["repeats"]),
-            objective=objective.value, score=_f(best["score"])))
+            objective=objective.value, score=_f(best["score"]), level=key))
     return out
+
+
+def level_keys(df: pd.DataFrame) -> list[str]:
+    """The frame's level keys in run order (concurrencies, rates, traces; by value)."""
+    if df.empty:
+        return []
+    firsts = df.drop_duplicates("level")
+    return [str(k) for k in firsts.sort_values("level_order")["level"]]
 
 
 #: reasons that say the measurement, not the config, fell short: a winner beside such
 #: levels is named with how many were left out (an SLO miss or an invalid level is a result)
-_UNMEASURED = (Ineligible.SIM_BEHIND, Ineligible.UNVERIFIED)
+_UNMEASURED = (Ineligible.SIM_BEHIND, Ineligible.UNVERIFIED, Ineligible.LATE_SENDS)
 
 
 def _excluded_note(at: pd.DataFrame) -> str:
@@ -185,16 +213,17 @@ def crossovers(ws: list[Winner]) -> list[Crossover]:
     out = []
     for a, b in zip(ws, ws[1:]):
         if a.key and b.key and a.key != b.key:
-            out.append(Crossover((a.concurrency, b.concurrency), a.label or "", b.label or "",
+            out.append(Crossover((a.name, b.name), a.label or "", b.label or "",
                                  bool(a.within_noise or b.within_noise)))
     return out
 
 
-def pareto_front(results: list[TrialResult], concurrency: int) -> pd.DataFrame:
-    """Levels at ``concurrency`` that may win (``planning.eligibility``, SLOs aside: the
-    front shows the trade-off) not beaten on both throughput and TTFT p99."""
+def pareto_front(results: list[TrialResult], level: int | str) -> pd.DataFrame:
+    """Levels at ``level`` (a key; an integer is a concurrency) that may win
+    (``planning.eligibility``, SLOs aside: the front shows the trade-off) not beaten on
+    both throughput and TTFT p99."""
     df = levels_frame(results)
-    at = df[(df["concurrency"] == concurrency)
+    at = df[(df["level"] == Level.parse(level).key)
             & df["why_not"].map(lambda w: set(str(w).split(",")) <= {"", "unverified"})]
     at = at.dropna(subset=["output_tok_s", "ttft_p99_ms"])
     keep = []

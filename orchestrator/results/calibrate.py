@@ -26,6 +26,7 @@ from scipy import optimize
 from actors.contracts.hardware import get_hardware
 from actors.contracts.results import TrialResult
 from actors.contracts.shapes import ModelShape
+from actors.contracts.traffic import LevelKind
 from actors.engines.sim import sim_settings
 from actors.sim.perf import FITTABLE, get_profile
 from actors.sim.predict import build_engine, simulate_closed_loop
@@ -98,6 +99,9 @@ def collect_points(results: list[TrialResult],
         for lv in r.levels:
             if lv.status != "valid" or lv.metrics is None:
                 continue
+            if lv.identity.kind is not LevelKind.CONCURRENCY or (
+                    spec is not None and spec.workload.requests is not None):
+                continue  # fitted on the fixed shape in a closed loop (what it predicts)
             m = {k: getattr(lv.metrics, k) for k in LEVEL_METRICS}
             m = {k: v for k, v in m.items() if v is not None and v > 0}
             if "output_tok_s" in m:

@@ -46,37 +46,46 @@ def _svg(fig: Any) -> str:
     return re.sub(r"<!DOCTYPE[^>]*>\s*", "", text)
 
 
-def _log2_axis(ax: Any, levels: list[int]) -> None:
+#: each level kind's x axis: (what a chart is "by", the axis label)
+AXIS = {"c": ("concurrency", "concurrency (requests in flight)"),
+        "rate": ("request rate", "offered request rate (requests/s)"),
+        "trace": ("trace speed-up", "trace replay speed-up (x)")}
+
+
+def _log2_axis(ax: Any, levels: list[float], kind: str = "c") -> None:
     ax.set_xscale("log", base=2)
-    ax.set_xticks(levels, [str(c) for c in levels])
+    ax.set_xticks(levels, [f"{c:g}" for c in levels])
     ax.minorticks_off()
-    ax.set_xlabel("concurrency (requests in flight)")
+    ax.set_xlabel(AXIS[kind][1])
 
 
 def metric_chart(df: pd.DataFrame, metric: str, title: str, name: str,
-                 per_gpu: bool = False) -> Chart | None:
-    """One line per configuration: ``metric`` against concurrency (divided by TP when
-    ``per_gpu``)."""
+                 per_gpu: bool = False, kind: str = "c") -> Chart | None:
+    """One line per configuration: ``metric`` against the levels of one kind
+    (``c``: concurrency, ``rate``, ``trace``), divided by TP when ``per_gpu``."""
+    if "level_kind" in df.columns:
+        df = df[df["level_kind"] == kind]
     df = df.dropna(subset=[metric])
     if df.empty:
         return None
+    x = "level_value" if "level_value" in df.columns else "concurrency"
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8.5, 4.8))
     for label, g in df.groupby("label"):
-        g = g.sort_values("concurrency")
+        g = g.sort_values(x)
         y = g[metric] / g["tp"] if per_gpu else g[metric]
-        ax.plot(g["concurrency"], y, marker="o", label=label, linewidth=1.2)
-    _log2_axis(ax, sorted(int(c) for c in df["concurrency"].unique()))
+        ax.plot(g[x], y, marker="o", label=label, linewidth=1.2)
+    _log2_axis(ax, sorted(float(c) for c in df[x].unique()), kind)
     ax.set_ylabel(title)
-    ax.set_title(f"{title} by concurrency")
+    ax.set_title(f"{title} by {AXIS[kind][0]}")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    return Chart(name, f"{title} by concurrency", _svg(fig))
+    return Chart(name, f"{title} by {AXIS[kind][0]}", _svg(fig))
 
 
 def crossover_chart(ws: list[Winner], name: str = "crossover",
-                    title: str = "Winner at each concurrency") -> Chart | None:
+                    title: str = "Winner at each level") -> Chart | None:
     """A strip: one cell per level, coloured by its winner; cells whose lead is within the
     noise band are hatched."""
     ws = [w for w in ws if w.key]
@@ -92,8 +101,8 @@ def crossover_chart(ws: list[Winner], name: str = "crossover",
                 hatch="//" if w.within_noise else None)
         ax.text(i + 0.5, 0, f"{(w.output_tok_s or 0):,.0f}", ha="center", va="center",
                 fontsize=7, color="white")
-    ax.set_xticks([i + 0.5 for i in range(len(ws))], [str(w.concurrency) for w in ws])
-    ax.set_xlabel("concurrency (cell: the winner's output tok/s; hatched: within noise)")
+    ax.set_xticks([i + 0.5 for i in range(len(ws))], [w.name for w in ws])
+    ax.set_xlabel("level (cell: the winner's output tok/s; hatched: within noise)")
     ax.set_yticks([])
     ax.set_xlim(0, len(ws))
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours(k % 10)) for k in range(len(labels))]

@@ -37,7 +37,8 @@ __all__ = ["Verdict", "LevelChange", "RegimeVerdict", "Comparison", "compare_swe
 WORKLOADS_DIFFER = "workloads differ"
 #: the workload settings that define each request's work (the rest: how it is measured)
 WORK_FIELDS = ("prompt_tokens", "output_tokens", "api", "shared_prefix_tokens",
-               "request_rate", "requests_per_round", "seed")
+               "request_rate", "requests_per_round", "seed", "burstiness", "max_in_flight",
+               "steady_trim")
 
 
 class Verdict(StrEnum):
@@ -50,7 +51,7 @@ class Verdict(StrEnum):
 class LevelChange:
     identity: str
     label: str
-    concurrency: int
+    level: str  # the level's key (``c=8``, ``rate=4/s``)
     a_tok_s: float
     b_tok_s: float
     change: float  # b / a - 1
@@ -63,7 +64,7 @@ class LevelChange:
 @dataclass(frozen=True)
 class RegimeVerdict:
     regime: str
-    levels: list[int]
+    levels: list[str]
     configs: int  # matched at every level of the regime
     change: float | None  # geometric mean of b / a, minus 1
     band: float
@@ -92,18 +93,19 @@ class Comparison:
 
 
 def _per_config(results: list[TrialResult]) -> pd.DataFrame:
-    """Valid levels by (identity, concurrency): median output tok/s, noise, repeats."""
+    """Valid levels by (identity, level): median output tok/s, noise, repeats."""
     df = levels_frame(results)
     df = df[(df["level_status"] == "valid") & df["output_tok_s"].notna()]
     rows = []
-    for (ident, c), g in df.groupby(["identity", "concurrency"]):
+    for (ident, key), g in df.groupby(["identity", "level"]):
         med = float(g["output_tok_s"].median())
         restart = float(g["output_tok_s"].max() - g["output_tok_s"].min()) / med \
             if len(g) > 1 and med > 0 else 0.0
-        rows.append({"identity": ident, "concurrency": int(c), "label": g["label"].iloc[0],
+        rows.append({"identity": ident, "level": str(key), "order": g["level_order"].iloc[0],
+                     "label": g["label"].iloc[0],
                      "tok_s": med, "noise": max(restart, float(g["round_spread"].max())),
                      "repeats": len(g)})
-    return pd.DataFrame(rows, columns=["identity", "concurrency", "label", "tok_s", "noise",
+    return pd.DataFrame(rows, columns=["identity", "level", "order", "label", "tok_s", "noise",
                                        "repeats"])
 
 
@@ -127,6 +129,11 @@ def workload_differences(spec_a: SweepSpec, spec_b: SweepSpec) -> list[str]:
     mb = spec_b.model.model_dump(exclude_none=True)
     if ma != mb:
         out.append(f"model: {ma} in A, {mb} in B")
+    pa, pb = spec_a.request_plan(), spec_b.request_plan()
+    fa, fb = (p.fingerprint if p else None for p in (pa, pb))
+    if fa != fb:
+        out.append(f"request list: {pa.source + ' ' + fa if pa else 'fixed shape'} in A, "
+                   f"{pb.source + ' ' + fb if pb else 'fixed shape'} in B")
     return out
 
 
@@ -137,12 +144,11 @@ class _Won(NamedTuple):
 
 
 def _winners(spec: SweepSpec,
-             results: list[TrialResult]) -> dict[tuple[int, ...], TrialResult | None]:
-    """Each regime's best trial (SLOs met), by the regime's levels (the search names a
-    regime ``c8`` where the page says ``c=8``: the levels are what both mean)."""
+             results: list[TrialResult]) -> dict[tuple[str, ...], TrialResult | None]:
+    """Each regime's best trial (SLOs met), by the regime's level keys."""
     from orchestrator.planning.regimes import best_per_regime
 
-    levels = spec.search.regime_levels(spec.workload.concurrency)
+    levels = spec.search.regime_levels(spec.workload.levels())
     return {tuple(levels[name]): (best[0] if best else None)
             for name, best in best_per_regime(results, spec).items()}
 
@@ -151,12 +157,12 @@ def compare_sweeps(spec_a: SweepSpec, results_a: list[TrialResult], id_a: str,
                    spec_b: SweepSpec, results_b: list[TrialResult], id_b: str) -> Comparison:
     a, b = _per_config(results_a), _per_config(results_b)
     floor = max(spec_a.workload.noise_band, spec_b.workload.noise_band)
-    joined = a.merge(b, on=["identity", "concurrency"], suffixes=("_a", "_b"))
+    joined = a.merge(b, on=["identity", "level"], suffixes=("_a", "_b"))
     changes = []
-    for _, r in joined.sort_values(["label_a", "concurrency"]).iterrows():
+    for _, r in joined.sort_values(["label_a", "order_a"]).iterrows():
         change = r["tok_s_b"] / r["tok_s_a"] - 1
         band = max(floor, float(r["noise_a"]), float(r["noise_b"]))
-        changes.append(LevelChange(str(r["identity"]), str(r["label_a"]), int(r["concurrency"]),
+        changes.append(LevelChange(str(r["identity"]), str(r["label_a"]), str(r["level"]),
                                    float(r["tok_s_a"]), float(r["tok_s_b"]), float(change),
                                    band, _verdict(change, band), int(r["repeats_a"]),
                                    int(r["repeats_b"])))
@@ -168,7 +174,7 @@ def compare_sweeps(spec_a: SweepSpec, results_a: list[TrialResult], id_a: str,
                    wa.config.identity() != wb.config.identity() if wa and wb else None)
         by_ident: dict[str, list[LevelChange]] = {}
         for x in changes:
-            if x.concurrency in levels:
+            if x.level in levels:
                 by_ident.setdefault(x.identity, []).append(x)
         full = [xs for xs in by_ident.values() if len(xs) == len(levels)]
         if not full:
@@ -202,8 +208,8 @@ def _rows(cmp: Comparison) -> tuple[Table, Table]:
          "-" if r.change is None else f"{100 * r.change:+.1f}%{mark}", f"{100 * r.band:.1f}%",
          r.verdict.value if r.verdict else "no config measured in both", _winner_text(r)]
         for r in cmp.regimes])
-    levels = Table(["config", "conc", "A tok/s", "B tok/s", "change", "noise band", "verdict"], [
-        [x.label, str(x.concurrency), f"{x.a_tok_s:,.1f}", f"{x.b_tok_s:,.1f}",
+    levels = Table(["config", "level", "A tok/s", "B tok/s", "change", "noise band", "verdict"], [
+        [x.label, x.level, f"{x.a_tok_s:,.1f}", f"{x.b_tok_s:,.1f}",
          f"{100 * x.change:+.1f}%{mark}", f"{100 * x.band:.1f}%", x.verdict.value]
         for x in cmp.levels])
     return regimes, levels

@@ -68,15 +68,15 @@ def _eligible(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["why_not"] == "") & df["output_tok_s"].notna()]
 
 
-def _per_level(df: pd.DataFrame, key: str, levels: list[int]) -> dict[int, dict[str, Any]]:
-    rows = df[(df["key"] == key) & df["concurrency"].isin(levels)]
-    return {int(r["concurrency"]): {m: None if pd.isna(r[m]) else float(r[m]) for m in _METRICS}
+def _per_level(df: pd.DataFrame, key: str, levels: list[str]) -> dict[str, dict[str, Any]]:
+    rows = df[(df["key"] == key) & df["level"].isin(levels)].sort_values("level_order")
+    return {str(r["level"]): {m: None if pd.isna(r[m]) else float(r[m]) for m in _METRICS}
             for _, r in rows.iterrows()}
 
 
 def regime_winners(spec: SweepSpec, results: list[TrialResult]) -> list[RegimeWinner]:
     band = spec.workload.noise_band
-    ws = {w.concurrency: w for w in winners(results, spec.slo, band, spec.workload.trust_usage,
+    ws = {w.name: w for w in winners(results, spec.slo, band, spec.workload.trust_usage,
                                             spec.search.objective)}
     df = levels_frame(results, spec.search.objective, spec.slo, spec.workload.trust_usage)
     out = []
@@ -129,9 +129,17 @@ def _facts(spec: SweepSpec, ledger: Ledger, r: TrialResult) -> dict[str, str]:
             "engine version": r.versions.get("engine") or r.applied.version or "unknown",
             "GPU model": gpu, "hardware (spec)": spec.hardware,
             "tensor parallelism": str(r.config.tp),
-            "workload": f"{w.prompt_tokens} prompt + {w.output_tokens} output tokens per "
-                        f"request, levels {', '.join(map(str, w.concurrency))}",
+            "workload": (f"{w.prompt_tokens} prompt + {w.output_tokens} output tokens per "
+                         "request" if w.requests is None else
+                         f"requests from {_source(spec)}")
+                        + f", levels {', '.join(lv.key for lv in w.levels())}; fingerprint "
+                        f"{r.workload_fingerprint or 'not recorded'}",
             "measured command (redacted)": " ".join(r.host.get("argv") or []) or "not recorded"}
+
+
+def _source(spec: SweepSpec) -> str:
+    plan = spec.request_plan()
+    return plan.source if plan is not None else "the fixed shape"
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:

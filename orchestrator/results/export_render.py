@@ -23,11 +23,11 @@ class RegimeWinner:
     """The config that wins a regime (a named group of levels) and how it was measured."""
 
     regime: str
-    levels: list[int]
+    levels: list[str]  # level keys (``c=8``, ``rate=4/s``)
     key: str | None
     label: str | None
     output_tok_s: float | None  # one level: that level's; several: the geometric mean
-    per_level: dict[int, dict[str, float | None]] = field(default_factory=dict)
+    per_level: dict[str, dict[str, float | None]] = field(default_factory=dict)
     runner_up: str | None = None
     margin: float | None = None
     within_noise: bool = False
@@ -69,7 +69,7 @@ def render_readme(win: RegimeWinner, dep: Deployment | None, files: dict[str, st
     """The regime's README: ``files`` maps each written file to how it relates to what was
     measured; ``facts``: sweep, workload, engine version, GPU model, hardware."""
     levels = ", ".join(map(str, win.levels))
-    out = [f"# Regime {win.regime} (concurrency {levels})", ""]
+    out = [f"# Regime {win.regime} (levels {levels})", ""]
     if win.key is None:
         out += [f"No config won this regime: {win.note or 'no valid level'}. Nothing to "
                 "deploy.", ""]
@@ -82,8 +82,8 @@ def render_readme(win: RegimeWinner, dep: Deployment | None, files: dict[str, st
             f"Margin to the runner-up ({win.runner_up or 'none'}): {margin}, {verdict} "
             f"(noise band {100 * win.noise_band:.1f}%).", "", "## What was measured", ""]
     out += [f"- {k}: {v}" for k, v in facts.items()]
-    out += ["", "| concurrency | output tok/s | TTFT p99 ms | ITL p50 ms |", "|---|---|---|---|"]
-    for c, m in sorted(win.per_level.items()):
+    out += ["", "| level | output tok/s | TTFT p99 ms | ITL p50 ms |", "|---|---|---|---|"]
+    for c, m in win.per_level.items():
         out.append(f"| {c} | {_n(m.get('output_tok_s'))} | {_n(m.get('ttft_p99_ms'))} | "
                    f"{_n(m.get('itl_p50_ms'), '.2f')} |")
     out += ["", "## Files", "", "| file | what | measured in this form? |", "|---|---|---|"]

@@ -56,19 +56,16 @@ def _n(x: object, spec: str = ",.1f") -> str:
     return format(x, spec)
 
 
-def regimes_of(spec: SweepSpec) -> dict[str, list[int]]:
-    """Named groups of levels: the spec's ``search.regimes`` where it has them, else one
-    regime per concurrency level (``c=N``)."""
-    named = getattr(spec.search, "regimes", None)
-    if isinstance(named, dict) and named:
-        return {str(k): sorted(int(c) for c in v) for k, v in named.items()}
-    return {f"c={c}": [c] for c in spec.workload.concurrency}
+def regimes_of(spec: SweepSpec) -> dict[str, list[str]]:
+    """Named groups of level keys: the spec's ``search.regimes`` where it has them, else
+    one regime per level, named by its key (the search's own rule)."""
+    return spec.search.regime_levels(spec.workload.levels())
 
 
-def regime_frame(df: pd.DataFrame, levels: list[int]) -> pd.DataFrame:
+def regime_frame(df: pd.DataFrame, levels: list[str]) -> pd.DataFrame:
     """One row per config over the regime's levels, only configs valid at all of them:
     throughput as the geometric mean, TTFT p99 as the worst."""
-    at = df[df["concurrency"].isin(levels)]
+    at = df[df["level"].isin(levels)]
     rows = []
     for key, g in at.groupby("key"):
         if len(g) < len(levels) or g["output_tok_s"].isna().any() or \
@@ -77,9 +74,9 @@ def regime_frame(df: pd.DataFrame, levels: list[int]) -> pd.DataFrame:
         tok = float(math.exp(sum(math.log(v) for v in g["output_tok_s"]) / len(g)))
         rows.append({"key": key, "label": g["label"].iloc[0], "tp": int(g["tp"].iloc[0]),
                      "output_tok_s": tok, "ttft_p99_ms": g["ttft_p99_ms"].max(),
-                     "concurrency": levels[0]})
+                     "concurrency": int(g["concurrency"].iloc[0]), "level": levels[0]})
     return pd.DataFrame(rows, columns=["key", "label", "tp", "output_tok_s", "ttft_p99_ms",
-                                       "concurrency"])
+                                       "concurrency", "level"])
 
 
 def _front(rf: pd.DataFrame) -> set[str]:
@@ -98,12 +95,12 @@ def _winner_rows(ws: list[Winner], band: float) -> list[list[str]]:
     rows = []
     for w in ws:
         if w.key is None:
-            rows.append([str(w.concurrency), "-", "-", "-", "-", w.note or "no winner"])
+            rows.append([w.name, "-", "-", "-", "-", w.note or "no winner"])
             continue
         margin = "-" if w.margin is None else f"+{100 * w.margin:.1f}%"
         verdict = ("within noise" if w.within_noise else
                    "only candidate" if w.margin is None else "beyond noise")
-        rows.append([str(w.concurrency), w.label or "", _n(w.output_tok_s), margin,
+        rows.append([w.name, w.label or "", _n(w.output_tok_s), margin,
                      f"{100 * max(band, w.noise_band):.1f}%",
                      f"{verdict} (vs {w.runner_up or '-'})"
                      + (f"; median of {w.repeats} restarts" if w.repeats > 1 else "")])
@@ -123,11 +120,19 @@ def build_sections(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    plan = spec.request_plan()
+    work = (f"every request sends {w.prompt_tokens} prompt tokens and decodes exactly "
+            f"{w.output_tokens}" if plan is None else
+            f"requests from {plan.source} ({len(plan.requests)} per round), each decoding "
+            "exactly its own output length")
+    prints = sorted({r.workload_fingerprint for r in results if r.workload_fingerprint})
     head = Section("Sweep", "sweep").add(
         f"{sweep_id} ({spec.name}): {len(results)} trials "
-        f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none'}); every "
-        f"request sends {w.prompt_tokens} prompt tokens and decodes exactly "
-        f"{w.output_tokens}; levels {', '.join(map(str, w.concurrency))}.",
+        f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none'}); {work}; "
+        f"levels {', '.join(lv.key for lv in w.levels())}; workload fingerprint "
+        f"{', '.join(prints) or 'not recorded'}"
+        + (" (WORKLOADS DIFFER: winners are not ranked across them)" if len(prints) > 1
+           else "") + ".",
         f"Objective: {spec.search.objective.value} among valid levels meeting the SLO "
         f"({_slo_text(spec)}); noise band {100 * band:.0f}% (a lead smaller than this is "
         "reported as within noise).")
@@ -139,7 +144,7 @@ def build_sections(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
     sections = [head]
 
     ws = winners(results, spec.slo, band, w.trust_usage, spec.search.objective)
-    by_level = {x.concurrency: x for x in ws}
+    by_level = {x.name: x for x in ws}
     win = Section("Winners per load regime", "winners")
     for regime, levels in regimes_of(spec).items():
         if len(levels) == 1 and levels[0] in by_level:
@@ -151,24 +156,27 @@ def build_sections(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
         best = rf.sort_values("output_tok_s", ascending=False).iloc[0]
         win.add(f"{regime} ({', '.join(map(str, levels))}): {best['label']} "
                         f"({best['output_tok_s']:,.1f} tok/s, geometric mean)")
-    win.add(Table(["conc", "winner", "out tok/s", "margin", "noise band", "verdict"],
+    win.add(Table(["level", "winner", "out tok/s", "margin", "noise band", "verdict"],
                   _winner_rows(ws, band)))
     per_gpu = winners(_per_gpu(results), spec.slo, band, w.trust_usage)
     win.add(crossover_chart(ws),
             "Per GPU (output tok/s divided by TP) the winners are:",
-            Table(["conc", "winner per GPU", "out tok/s per GPU", "raw winner"],
-                  [[str(p.concurrency), p.label or "-", _n(p.output_tok_s),
-                    by_level[p.concurrency].label or "-"] for p in per_gpu]))
+            Table(["level", "winner per GPU", "out tok/s per GPU", "raw winner"],
+                  [[p.name, p.label or "-", _n(p.output_tok_s),
+                    by_level[p.name].label or "-"] for p in per_gpu]))
     sections.append(win)
 
-    curves = Section("By concurrency", "curves")
-    for metric, title, name, gpu in (
-            ("output_tok_s", "Output tok/s", "throughput", False),
-            ("output_tok_s", "Output tok/s per GPU", "throughput_per_gpu", True),
-            ("ttft_p50_ms", "TTFT p50 (ms)", "ttft_p50", False),
-            ("ttft_p99_ms", "TTFT p99 (ms)", "ttft_p99", False),
-            ("itl_p50_ms", "ITL p50 (ms)", "itl_p50", False)):
-        curves.add(metric_chart(df, metric, title, name, per_gpu=gpu))
+    curves = Section("By level", "curves")
+    for kind in dict.fromkeys(lv.kind.value for lv in w.levels()):
+        suffix = "" if kind == "c" else f"_{kind}"
+        for metric, title, name, gpu in (
+                ("output_tok_s", "Output tok/s", "throughput", False),
+                ("output_tok_s", "Output tok/s per GPU", "throughput_per_gpu", True),
+                ("ttft_p50_ms", "TTFT p50 (ms)", "ttft_p50", False),
+                ("ttft_p99_ms", "TTFT p99 (ms)", "ttft_p99", False),
+                ("itl_p50_ms", "ITL p50 (ms)", "itl_p50", False)):
+            curves.add(metric_chart(df, metric, title, name + suffix, per_gpu=gpu,
+                                    kind=kind))
     if not curves.charts:
         curves.add("No valid level to draw.")
     sections.append(curves)
@@ -217,11 +225,11 @@ def _capacity(results: list[TrialResult]) -> Section:
         for lv in r.levels:
             fits = cap.full_length_capacity if cap else None
             rows.append([r.config.label(), _n(cap.pool_tokens if cap else None, ",d"),
-                         _n(fits, ",d"), str(lv.concurrency),
+                         _n(fits, ",d"), lv.key,
                          "-" if fits is None else ("yes" if lv.concurrency <= fits else "no"),
                          _n(lv.server.running_max, ",.0f"), _n(lv.server.waiting_max, ",.0f"),
                          _n(lv.server.preemptions, ",.0f")])
-    s.add(Table(["config", "pool tokens", "fit at full length", "conc", "all fit",
+    s.add(Table(["config", "pool tokens", "fit at full length", "level", "all fit",
                  "running max", "waiting max", "preemptions"], rows))
     return s
 

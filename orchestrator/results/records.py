@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from actors.contracts.config import Workload
 from actors.contracts.results import TrialResult
 from actors.contracts.states import TrialStatus
+from actors.contracts.traffic import Level, LevelKind
 
 if TYPE_CHECKING:
     from orchestrator.results.ledger import Ledger
@@ -115,9 +116,11 @@ def trial_record(result: TrialResult, sweep_id: str, trial_dir: Path | None,
         except (OSError, ValueError, AttributeError):
             pass
     metrics: list[tuple[str, float, int]] = []
+    if result.workload_fingerprint:
+        tags["workload_fingerprint"] = result.workload_fingerprint
     for lv in result.levels:
-        c = lv.concurrency
-        metrics.append((f"valid_c{c}", 1.0 if lv.status == "valid" else 0.0, 0))
+        c, curve, step = level_metric_names(lv.identity)
+        metrics.append((f"valid_{c}", 1.0 if lv.status == "valid" else 0.0, 0))
         for flag in lv.flags:
             tags[f"flag.c{c}.{flag}"] = "true"
         if lv.metrics is None:
@@ -126,15 +129,22 @@ def trial_record(result: TrialResult, sweep_id: str, trial_dir: Path | None,
             value = getattr(lv.metrics, name)
             if value is None:
                 continue
-            metrics.append((f"{CURVE}{name}", float(value), c))  # a chart, x = concurrency
-            metrics.append((f"{name}_c{c}", float(value), 0))  # a figure, named by its level
+            metrics.append((f"{curve}{name}", float(value), step))  # a chart over levels
+            metrics.append((f"{name}_{c}", float(value), 0))  # a figure, named by its level
         # every round's throughput (the level's figure is their median): step = round
-        metrics += [(f"round_output_tok_s_c{c}", rr.output_tok_s, rr.round)
+        metrics += [(f"round_output_tok_s_{c}", rr.output_tok_s, rr.round)
                     for rr in lv.rounds]
+        if lv.open_loop is not None:  # did the client hold the schedule
+            ol = lv.open_loop
+            metrics += [(f"offered_rps_{c}", ol.offered_rps, 0),
+                        (f"achieved_rps_{c}", ol.achieved_rps, 0),
+                        (f"late_sends_{c}", float(ol.late_sends), 0)]
+        if lv.prefix_hit_rate is not None:
+            metrics.append((f"prefix_hit_rate_{c}", lv.prefix_hit_rate, 0))
         if lv.client is not None:  # the client's self-check: can the level be trusted
-            metrics += [(f"{CURVE}client_cpu_frac", lv.client.cpu_frac, c),
-                        (f"{CURVE}client_loop_lag_p99_ms", lv.client.loop_lag_p99_ms, c),
-                        (f"{CURVE}client_reads_kept", float(lv.client.reads_kept), c)]
+            metrics += [(f"{curve}client_cpu_frac", lv.client.cpu_frac, step),
+                        (f"{curve}client_loop_lag_p99_ms", lv.client.loop_lag_p99_ms, step),
+                        (f"{curve}client_reads_kept", float(lv.client.reads_kept), step)]
     if result.startup_s is not None:
         metrics.append(("startup_s", result.startup_s, 0))
     artifacts: list[Path] = []
@@ -150,6 +160,18 @@ def trial_record(result: TrialResult, sweep_id: str, trial_dir: Path | None,
                        timestamp_ms=int(recorded_ts * 1000), artifacts=artifacts)
 
 
+def level_metric_names(lv: Level) -> tuple[str, str, int]:
+    """A level's MLflow names: the suffix of its figures (``c8``, ``rate4``,
+    ``trace_x2``), its charts' prefix and its step there (concurrency: ``by_concurrency.``
+    at step C; rate: ``by_rate_mrps.`` at step = millirequests/s, MLflow steps being
+    integers; trace: ``by_trace_speedup_x1000.``)."""
+    if lv.kind is LevelKind.CONCURRENCY:
+        return f"c{int(lv.value)}", CURVE, int(lv.value)
+    if lv.kind is LevelKind.RATE:
+        return f"rate{lv.value:g}", "by_rate_mrps.", round(lv.value * 1000)
+    return f"trace_x{lv.value:g}", "by_trace_speedup_x1000.", round(lv.value * 1000)
+
+
 def trial_run_name(result: TrialResult, sweep_id: str) -> str:
     """A trial run's name, unique across sweeps: its label and its sweep."""
     return f"{result.config.label()} [{sweep_id}]"
@@ -159,7 +181,7 @@ def sweep_params(spec: SweepSpec) -> dict[str, str]:
     return {"spec": spec.name, "hardware": spec.hardware, "model": spec.model.display_name,
             "search": spec.search.kind, "prompt_tokens": str(spec.workload.prompt_tokens),
             "output_tokens": str(spec.workload.output_tokens),
-            "concurrency": str(spec.workload.concurrency),
+            "levels": ", ".join(lv.key for lv in spec.workload.levels()),
             "time_scale": str(spec.sim.time_scale)}
 
 

@@ -43,25 +43,28 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
     w = spec.workload
     parts = [f"Sweep {sweep_id}: {len(results)} trials "
              f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); "
-             f"{w.prompt_tokens} prompt + {w.output_tokens} output tokens per request"]
+             + (f"{w.prompt_tokens} prompt + {w.output_tokens} output tokens per request"
+                if spec.workload.requests is None else
+                f"requests from workload.requests (longest {w.prompt_tokens} prompt + "
+                f"{w.output_tokens} output tokens)")]
     if any(r.time_scale != 1.0 for r in results):
         parts.append("(sim time scaled: latencies and throughputs shown in simulated time)")
     rows = []
     for win in ws:
         if win.key is None:
-            rows.append([str(win.concurrency), "-", "-", "-", "-", "-", win.note])
+            rows.append([win.name, "-", "-", "-", "-", "-", win.note])
             continue
         margin = "-" if win.margin is None else f"+{100 * win.margin:.1f}%"
         if win.within_noise:
             margin += " (within noise)"
         flags = f"  [{win.note}]" if win.note else ""  # the winning level's own flags
-        rows.append([str(win.concurrency), win.label or "", _n(win.output_tok_s, ".1f"),
+        rows.append([win.name, win.label or "", _n(win.output_tok_s, ".1f"),
                      _n(win.ttft_p50_ms, ".1f"), _n(win.ttft_p99_ms, ".1f"),
                      _n(win.itl_p50_ms, ".2f"), f"{margin} vs {win.runner_up or '-'}{flags}"])
-    parts.append(f"\nWinner per concurrency (highest {spec.search.objective.value} among "
+    parts.append(f"\nWinner per level (highest {spec.search.objective.value} among "
                  "valid levels"
                  + (" meeting the SLO" if spec.slo.model_dump(exclude_none=True) else "") + "):")
-    parts.append(table_text(["conc", "winner", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
+    parts.append(table_text(["level", "winner", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
                          "ITL p50 ms", "margin to runner-up"], rows))
     xs = crossovers(ws)
     if xs:
@@ -69,7 +72,7 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
         for x in xs:
             noise = "  (within noise: a winner leads by less than the band)" \
                 if x.within_noise else ""
-            parts.append(f"  between c={x.between[0]} and c={x.between[1]}: "
+            parts.append(f"  between {x.between[0]} and {x.between[1]}: "
                          f"{x.from_label}  ->  {x.to_label}{noise}")
     else:
         parts.append("\nNo crossover: one configuration wins at every level."
@@ -82,7 +85,7 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                      + ("they may win: workload.trust_usage is set):" if trust else
                         "they cannot win unless workload.trust_usage):"))
         for r, lv in doubtful:
-            parts.append(f"  c={lv.concurrency:<5} {r.config.label()}: {shorten(lv.reason)}")
+            parts.append(f"  {lv.key:<9} {r.config.label()}: {shorten(lv.reason)}")
     bad = [r for r in results if r.status in (TrialStatus.FAILED, TrialStatus.INFEASIBLE,
                                               TrialStatus.INVALID)]
     if bad:
@@ -117,7 +120,7 @@ def report_json(spec: SweepSpec, results: list[TrialResult], sweep_id: str) -> d
 
 
 def winners_export(spec: SweepSpec, results: list[TrialResult]) -> list[dict[str, Any]]:
-    """Per concurrency: the winning config and the exact server command it ran with."""
+    """Per level: the winning config and the exact server command it ran with."""
     by_key = {r.key: r for r in results}
     out = []
     for w in winners(results, spec.slo, spec.workload.noise_band,
@@ -125,7 +128,7 @@ def winners_export(spec: SweepSpec, results: list[TrialResult]) -> list[dict[str
         if w.key is None:
             continue
         r = by_key[w.key]
-        out.append({"concurrency": w.concurrency, "label": w.label,
+        out.append({"level": w.name, "concurrency": w.concurrency, "label": w.label,
                     "output_tok_s": w.output_tok_s, "ttft_p99_ms": w.ttft_p99_ms,
                     "margin": w.margin, "within_noise": w.within_noise,
                     "config": r.config.model_dump(mode="json"),

@@ -18,7 +18,14 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from actors.contracts.config import (
     Frozen,
@@ -33,11 +40,12 @@ from actors.contracts.secrets import SECRET_ERROR
 from actors.contracts.shapes import preset_names
 from actors.contracts.slo import SLO
 from actors.contracts.states import FailureClass
+from actors.contracts.traffic import RequestPlan
 from actors.engines import adapter_names, get_adapter
 from orchestrator.errors import SpecError
 from orchestrator.spec.rules import EngineRules
 from orchestrator.spec.search import SearchSpec, check_search_against
-from orchestrator.spec.traffic_plan import fill_lengths
+from orchestrator.spec.traffic_plan import build_plan, fill_lengths
 from orchestrator.spec.yaml_load import MAX_BYTES, bounded, load_yaml
 
 __all__ = ["ClusterSpec", "TrialOrder", "SLO", "SearchSpec", "FailurePolicy", "SweepSpec",
@@ -151,6 +159,18 @@ class SweepSpec(Frozen):
     failure: FailurePolicy = FailurePolicy()
     space: list[SpaceEntry] = Field(min_length=1)
 
+    #: the folder the spec was read from (a request file's relative path starts there)
+    _base_dir: Path | None = PrivateAttr(default=None)
+    _plan: list[RequestPlan | None] = PrivateAttr(default_factory=list)
+
+    def request_plan(self) -> RequestPlan | None:
+        """The workload's request list (None: the fixed shape), built once."""
+        if not self._plan:
+            model = self.model
+            self._plan.append(build_plan(self.workload, self._base_dir,
+                                         model.tokenizer or model.path))
+        return self._plan[0]
+
     @field_validator("name")
     @classmethod
     def _slug(cls, v: str) -> str:
@@ -181,7 +201,7 @@ class SweepSpec(Frozen):
 
     @model_validator(mode="after")
     def _search_fits(self) -> SweepSpec:
-        check_search_against(self.search, self.workload.concurrency, self.space)
+        check_search_against(self.search, self.workload.levels(), self.space)
         _check_extra_params(self)
         return self
 
@@ -190,7 +210,7 @@ def _check_extra_params(spec: SweepSpec) -> None:
     """Each ``extra.<option>`` parameter against the typed extras of every engine it applies
     to: an option the engine lacks, or a range end its model refuses, is the spec's error
     (named ``search.params.extra.<option>``), not a failure when the search draws it."""
-    top = spec.workload.concurrency[-1]
+    top = spec.workload.top_concurrency
     for name, p in spec.search.params.items():
         if not name.startswith("extra.") or p.same_as is not None:
             continue
@@ -281,7 +301,9 @@ def parse_spec(data: Any, source: str = "spec", base_dir: Path | None = None) ->
         except SpecError as err:
             raise SpecError(f"{source}: {err}") from None
     try:
-        return SweepSpec.model_validate(data, context={"rules": EngineRules()})
+        spec = SweepSpec.model_validate(data, context={"rules": EngineRules()})
+        spec._base_dir = base_dir
+        return spec
     except ValidationError as err:
         raise SpecError(bounded(format_validation_error(err, source))) from None
 
@@ -315,7 +337,7 @@ def preflight(spec: SweepSpec) -> None:
         problems.append(f"model.path: {path!r} does not exist on this machine, where the "
                         f"local Ray runs {', '.join(real)}: give the model's local directory")
     soft, hard = _nofile()
-    top = max(spec.workload.concurrency)
+    top = spec.workload.top_concurrency
     if soft and top + _FD_HEADROOM > soft:
         problems.append(f"workload.concurrency: {top} needs about {top + _FD_HEADROOM} open "
                         f"files, and this process may open {soft} (hard limit {hard}): "

@@ -2,8 +2,9 @@
 
 Terms (README "Search"):
 
-- A **load regime** is a named group of concurrency levels (``regimes: {interactive: [1, 4],
-  batch: [64, 128]}``); by default one regime per level, named ``c<level>``. A trial's value
+- A **load regime** is a named group of levels (``regimes: {interactive: [1, 4],
+  batch: [64, 128], steady: ["rate=4/s"]}``; a bare integer is a concurrency); by default
+  one regime per level, named by the level's key (``c=8``, ``rate=4/s``). A trial's value
   at a regime is the objective at that level, or the geometric mean over the group's levels.
 - The **objective** is one setting used everywhere a config is ranked: ``output_tok_s``,
   ``output_tok_s_per_gpu`` (divided by ``tp``) or ``goodput`` (output tokens/s of the
@@ -23,6 +24,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from actors.contracts.config import AXES, Frozen, PosInt, Scalar, SpaceEntry
+from actors.contracts.traffic import Level
 
 __all__ = ["Objective", "LatencyMetric", "Sampler", "Budget", "ParamSpec", "SearchSpec",
            "RANGE_FIELDS", "check_search_against"]
@@ -156,8 +158,9 @@ class SearchSpec(Frozen):
     objective: Objective = Objective.OUTPUT_TOK_S
     #: NSGA-II's further objectives, each minimised at the regime's levels
     also_minimize: list[LatencyMetric] = Field(default_factory=list)
-    #: named groups of concurrency levels; None: one regime per level (``c<level>``)
-    regimes: dict[str, list[PosInt]] | None = None
+    #: named groups of levels (keys ``c=8``, ``rate=4/s``, ``trace x2``; a bare integer is
+    #: a concurrency); None: one regime per level, named by its key
+    regimes: dict[str, list[PosInt | str]] | None = None
     at_concurrency: PosInt | None = None  # older specs: one regime of this level
     budget: Budget | None = None
     params: dict[str, ParamSpec] = Field(default_factory=dict)
@@ -205,25 +208,42 @@ class SearchSpec(Frozen):
                              f"sampler {self.sampler.value} follows its own order: drop it")
         return self
 
-    def regime_levels(self, concurrency: list[int]) -> dict[str, list[int]]:
-        """Each regime's levels (see the module docstring for the default)."""
+    @field_validator("regimes")
+    @classmethod
+    def _level_keys(cls, v: dict[str, list[Any]] | None) -> dict[str, list[Any]] | None:
+        for name, levels in (v or {}).items():
+            for lv in levels:
+                try:
+                    Level.parse(lv)
+                except ValueError as err:
+                    raise ValueError(f"search.regimes.{name}: {err}") from None
+        return v
+
+    def regime_levels(self, levels: list[Level]) -> dict[str, list[str]]:
+        """Each regime's level keys, in the workload's order (default: one regime per
+        level, named by its key: ``c=8``, ``rate=4/s``)."""
+        order = {lv.key: i for i, lv in enumerate(levels)}
         if self.regimes is not None:
-            return {k: sorted(v) for k, v in self.regimes.items()}
+            return {k: sorted({Level.parse(x).key for x in v},
+                              key=lambda key: (order.get(key, len(order)), key))
+                    for k, v in self.regimes.items()}
         if self.at_concurrency is not None:
-            return {f"c{self.at_concurrency}": [self.at_concurrency]}
-        return {f"c{c}": [c] for c in concurrency}
+            key = Level.of(self.at_concurrency).key
+            return {key: [key]}
+        return {lv.key: [lv.key] for lv in levels}
 
 
-def check_search_against(search: SearchSpec, concurrency: list[int],
+def check_search_against(search: SearchSpec, levels: list[Level],
                          space: list[SpaceEntry]) -> None:
     """Cross-checks with the workload and the space; raises ValueError naming the field."""
-    for name, levels in search.regime_levels(concurrency).items():
-        unknown = sorted(set(levels) - set(concurrency))
+    keys = [lv.key for lv in levels]
+    for name, mine in search.regime_levels(levels).items():
+        unknown = [k for k in mine if k not in keys]
         if unknown:
-            raise ValueError(f"search.regimes.{name}: levels {unknown} are not in "
-                             f"workload.concurrency {concurrency}; add them there or drop them")
-        if not levels:
-            raise ValueError(f"search.regimes.{name}: give at least one concurrency level")
+            raise ValueError(f"search.regimes.{name}: levels {unknown} are not among the "
+                             f"workload's levels {keys}; add them there or drop them")
+        if not mine:
+            raise ValueError(f"search.regimes.{name}: give at least one level")
     for name, p in search.params.items():
         field = name.removeprefix("extra.")
         for i, entry in enumerate(space):

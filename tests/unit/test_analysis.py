@@ -27,7 +27,7 @@ def test_winner_margin_noise_and_crossover():
     assert abs(ws[0].margin - 0.10) < 1e-9 and not ws[0].within_noise
     assert ws[1].within_noise  # +1% < 5% band
     xs = crossovers(ws)
-    assert [x.between for x in xs] == [(16, 64)]
+    assert [x.between for x in xs] == [("c=16", "c=64")]
     assert xs[0].within_noise  # the c=16 winner is within noise
 
 

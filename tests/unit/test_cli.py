@@ -46,7 +46,7 @@ def test_plan_names_the_sampler_the_budget_and_every_parameter(capsys):
     assert main(["plan", str(ROOT / "search_spaces" / "search-tpe-regimes.yaml")]) == 0
     out = capsys.readouterr().out
     assert "sampler tpe, objective output_tok_s, SLO ttft_p99_ms <= 500, budget 8 trials, " \
-        "1 GPU-h; regimes: interactive [1, 4], batch [16]" in out
+        "1 GPU-h; regimes: interactive ['c=1', 'c=4'], batch ['c=16']" in out
     assert "    max_num_seqs: int 16..256 log, as its 4 planned values: {16, 40, 102, 256}\n" \
         in out
     assert "    graph_max_batch = max_num_seqs when cuda_graphs=True\n" in out

@@ -68,7 +68,7 @@ def test_a_sim_behind_level_wins_nowhere(two_trials):
 def test_the_search_scores_a_sim_behind_level_as_unmeasured(two_trials):
     spec, fast, modest = two_trials
     scores = trial_scores(fast, spec)
-    assert scores["c1"].value == pytest.approx(900)
-    assert scores["c4"].value is None  # every sampler and guided read this: no value
+    assert scores["c=1"].value == pytest.approx(900)
+    assert scores["c=4"].value is None  # every sampler and guided read this: no value
     best = best_per_regime([fast, modest], spec)
-    assert best["c4"][0].key == modest.key
+    assert best["c=4"][0].key == modest.key

@@ -81,7 +81,7 @@ def test_multi_level_regimes_and_an_unknown_regime(state_home):
     dirs = sorted(p.name for p in (state_home / "x").iterdir())
     assert dirs == ["batch", "export.json"]
     win = json.loads((state_home / "x" / "batch" / "deployment.json").read_text())["regime"]
-    assert win["levels"] == [32, 128] and set(win["per_level"]) == {"32", "128"}
+    assert win["levels"] == ["c=32", "c=128"] and set(win["per_level"]) == {"c=32", "c=128"}
     readme = (state_home / "x" / "batch" / "README.md").read_text()
     assert "geometric mean" in readme
     with pytest.raises(UsageError, match="interactive"):

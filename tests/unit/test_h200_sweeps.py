@@ -43,7 +43,7 @@ def test_real_gpu_trials_verified_their_applied_config(h200_home):
 def test_report_of_a_real_sweep(h200_home, capsys):
     assert main(["report", "h200-vllm-2026"]) == 0
     out = capsys.readouterr().out
-    assert "2 trials (2 ok)" in out and "Winner per concurrency" in out
+    assert "2 trials (2 ok)" in out and "Winner per level" in out
 
 
 def test_the_default_profile_predicts_real_h200_throughput_and_calibration_improves_it(

@@ -114,12 +114,12 @@ def test_compare_matches_by_identity_and_judges_against_the_noise_band():
         update={"launch_label": "new-build"})})
     same = _scaled(b, 1.01)
     cmp = compare_sweeps(spec, [a, b], "A", spec, [faster, same], "B")
-    by = {(x.label.split(" [")[0], x.concurrency): x for x in cmp.levels}
+    by = {(x.label.split(" [")[0], x.level): x for x in cmp.levels}
     assert {x.verdict for x in cmp.levels if x.identity == a.config.identity()} == \
         {Verdict.FASTER}
     assert {x.verdict for x in cmp.levels if x.identity == b.config.identity()} == \
         {Verdict.WITHIN_NOISE}
-    x = by[(a.config.label(), 1)]
+    x = by[(a.config.label(), "c=1")]
     assert x.change == pytest.approx(0.20) and x.band >= 0.05
     # per regime: the geometric mean over both configs, +10.1%, beyond the 5% band
     assert [r.verdict for r in cmp.regimes] == [Verdict.FASTER] * 4
@@ -178,7 +178,7 @@ def test_compare_says_when_a_regimes_winner_changed_and_uses_each_configs_own_ba
     # B: the loser at c=1 is now 30% faster than it was, the winner unchanged
     cmp = compare_sweeps(spec, [a, b], "A", spec, [winner, _scaled(loser, 1.3)], "B")
     c1 = cmp.regimes[0]
-    assert c1.levels == [1] and c1.winner_changed is True
+    assert c1.levels == ["c=1"] and c1.winner_changed is True
     assert (c1.winner_a, c1.winner_b) == (winner.config.label(), loser.config.label())
     same = compare_sweeps(spec, [a, b], "A", spec, [a, b], "B")
     assert {r.winner_changed for r in same.regimes} == {False}

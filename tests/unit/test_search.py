@@ -53,7 +53,7 @@ def test_optuna_respects_budget_prunes_infeasible_and_resumes(tmp_path):
     assert len(asked) == 4 and "trial budget" in (s.stop_reason or "")
     assert len({p.config.key() for p in asked}) == 4
     assert all(p.feasible for p in asked)
-    study = optuna.load_study(study_name="study.c1", storage=storage)
+    study = optuna.load_study(study_name="study.c=1", storage=storage)
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert {t.user_attrs["key"] for t in complete} == {p.config.key() for p in asked}
     assert abs(study.best_value - max(100.0 * p.config.tp for p in asked)) < 1e-6
@@ -110,4 +110,4 @@ def test_goodput_ranks_by_the_measured_per_request_goodput_and_never_crowns_an_s
     assert level_objective(bare, Objective.GOODPUT, 1, spec.slo) == 500.0
     (best,) = best_per_regime([fast_but_late, steady], spec).values()
     assert best is not None and best[0] is steady and abs(best[1].value - 790.0) < 1e-9
-    assert best_per_regime([fast_but_late], spec) == {"c1": None}
+    assert best_per_regime([fast_but_late], spec) == {"c=1": None}

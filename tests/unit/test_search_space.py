@@ -66,7 +66,7 @@ def test_param_only_for_one_engine_and_only_when_graphs_on():
     ({"params": {"weights": {"type": "int", "low": 1, "high": 2}}}, "not a searchable field"),
     ({"params": {"gpu_memory_fraction": {"type": "float", "low": 0.8, "high": 0.9}}},
      "needs a step"),
-    ({"regimes": {"x": [1, 8]}}, "search.regimes.x: levels [8]"),
+    ({"regimes": {"x": [1, 8]}}, "search.regimes.x: levels ['c=8']"),
     ({"sampler": "nsga2"}, "needs also_minimize"),
     ({"budget": {"gpu_hours": -1}}, "search.budget.gpu_hours"),
     # extra.<option> ranges are checked against the engine's typed extras when the spec loads
@@ -131,7 +131,7 @@ def test_samplers_with_several_in_flight_never_repeat_a_config(sampler):
         asked.append(p.config.key())
         s.tell(p, measure(p.config))
     assert len(asked) == 12 == len(set(asked))
-    study = s.studies["c1"]
+    study = s.studies["c=1"]
     told = [t for t in study.trials if t.state.name == "COMPLETE" and not t.user_attrs.get(
         "repeat")]
     assert {t.user_attrs["key"] for t in told} == set(asked)  # every regime sees every trial
@@ -200,7 +200,7 @@ def test_tpe_seeded_by_the_model_measures_its_top_picks_first_then_samples(tmp_p
     s = StudySearcher(planned, {}, spec, storage, "t", shape)
     # the model's best at the first regime, as the planner predicts it
     preds = {p.config.key(): score_levels(predicted_levels(p.config, spec, shape), p.config,
-                                          spec)["c1"].value for p in planned}
+                                          spec)["c=1"].value for p in planned}
     assert len(s.seeded) == 2 and preds[s.seeded[0]] == max(v or 0 for v in preds.values())
     asked = []
     while (p := s.ask()) is not None:

@@ -30,7 +30,7 @@ def test_after_a_check_a_dead_server_crashed_a_stalled_one_hung_else_go_on():
     stalled = level(status="invalid", errors={"stall": 4}, reason="4 x stall")
     gone = level(status="invalid", errors={"disconnect": 4}, reason="4 x disconnect")
     cls, msg = verdicts.after_check(Observation(alive=False, returncode=-9), gone)
-    assert cls is FailureClass.CRASH_MID_RUN and "code -9 at concurrency 4" in msg
+    assert cls is FailureClass.CRASH_MID_RUN and "code -9 at c=4" in msg
     cls, msg = verdicts.after_check(Observation(alive=True), stalled)
     assert cls is FailureClass.HANG and "4 x stall" in msg
     assert verdicts.after_check(Observation(alive=True), gone) is None
