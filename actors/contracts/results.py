@@ -133,7 +133,11 @@ class OpenLoop(_M):
     ``workload.steady_trim`` of it at each end. Throughput counts the tokens that arrived
     inside the window; latencies come from the requests that started and ended inside it."""
 
-    offered_rps: float  # requests per engine second the schedule asked
+    offered_rps: float  # requests per engine second the level asked (its rate)
+    #: the seeded schedule's own rate (a finite Poisson draw differs from the rate by
+    #: chance: about 1/sqrt(n)), and the sends the client made (median rounds): the client
+    #: held its schedule when these two agree
+    scheduled_rps: float | None = None
     achieved_rps: float  # sends per engine second the client made (median round)
     late_sends: int = 0  # requests sent more than ``workload.late_send_ms`` late
     send_lag_p99_ms: float | None = None  # engine ms from scheduled to sent, p99

@@ -205,7 +205,7 @@ def _open_rounds(w: Workload, records: list[RequestRecord], rounds: list[tuple[i
                  counted: dict[int, int], good: set[int], scale: float, offered: float
                  ) -> tuple[list[RoundResult], list[float], set[int], OpenLoop]:
     """An open-loop level's rounds over their steady windows (``OpenLoop``'s rule)."""
-    out, goodput, kept, achieved, lags = [], [], set(), [], []
+    out, goodput, kept, achieved, lags, scheduled = [], [], set(), [], [], []
     late_s = w.late_send_ms / 1e3 * scale
     left_out = late = 0
     for rnd, _wall in rounds:
@@ -219,6 +219,9 @@ def _open_rounds(w: Workload, records: list[RequestRecord], rounds: list[tuple[i
         sends = sorted(r.start for r in mine)
         if len(sends) > 1 and sends[-1] > sends[0]:
             achieved.append((len(sends) - 1) / (sends[-1] - sends[0]) * scale)
+        dues = sorted(r.due for r in mine if r.due is not None)
+        if len(dues) > 1 and dues[-1] > dues[0]:
+            scheduled.append((len(dues) - 1) / (dues[-1] - dues[0]) * scale)
         for r in mine:
             if r.due is not None:
                 lag = r.start - r.due
@@ -245,7 +248,8 @@ def _open_rounds(w: Workload, records: list[RequestRecord], rounds: list[tuple[i
         goodput.append(good_tok * per_s)
     p99 = percentile(lags, 99)
     return out, goodput, kept, OpenLoop(
-        offered_rps=offered, achieved_rps=median(achieved) or 0.0, late_sends=late,
+        offered_rps=offered, scheduled_rps=median(scheduled), achieved_rps=median(achieved) or 0.0,
+        late_sends=late,
         send_lag_p99_ms=None if p99 is None else p99 * 1e3 / scale,
         window_kept=len(kept), window_left_out=left_out)
 
