@@ -36,6 +36,9 @@ class ReplayResult:
     itl_p99_ms: list[float | None]  # per request: the 99th percentile of its own gaps
     e2e_ms: list[float]
     output_tokens: list[int]
+    itl_p50_ms: float | None = None  # over every gap of every request
+    max_running: int = 0
+    max_waiting: int = 0
 
     @property
     def ttft_p50_ms(self) -> float:
@@ -72,7 +75,7 @@ def simulate_requests(engine: SimEngine, reqs: list[SimRequest], cap: int,
     def due(i: int) -> float:
         return start + (reqs[i].arrival_s or 0.0)
 
-    steps = 0
+    steps = max_running = max_waiting = 0
     while nxt < len(order) or not engine.idle:
         # hand over every request whose time has come (open loop) or a free stream (closed)
         while nxt < len(order) and len(in_flight) < cap and (
@@ -95,6 +98,8 @@ def simulate_requests(engine: SimEngine, reqs: list[SimRequest], cap: int,
                 gaps[int(s.rid)].append(s.last_token_at - s.prev_token_at)
         for s in out.finished:
             in_flight.pop(s.rid, None)
+        max_running = max(max_running, len(engine.running) + len(out.finished))
+        max_waiting = max(max_waiting, engine.waiting_admitted)
     dur = engine.now - start
     ttft, e2e = [], []
     for i in range(len(reqs)):
@@ -102,9 +107,12 @@ def simulate_requests(engine: SimEngine, reqs: list[SimRequest], cap: int,
         ttft.append(1e3 * ((s.first_token_at or 0.0) - s.arrival))
         e2e.append(1e3 * ((s.finished_at or 0.0) - s.arrival))
     out_tokens = [r.output_tokens for r in reqs]
+    every = [g for gs in gaps.values() for g in gs]
     return ReplayResult(
         requests=len(reqs), duration_s=dur, output_tok_s=sum(out_tokens) / dur if dur else 0.0,
         requests_s=len(reqs) / dur if dur else 0.0, ttft_ms=ttft,
         itl_p99_ms=[None if (p := _p99(gaps[i])) is None else 1e3 * p
                     for i in range(len(reqs))],
-        e2e_ms=e2e, output_tokens=out_tokens)
+        e2e_ms=e2e, output_tokens=out_tokens,
+        itl_p50_ms=None if not every else 1e3 * statistics.median(every),
+        max_running=max_running, max_waiting=max_waiting)

@@ -9,7 +9,6 @@ what earlier sweeps measured around the trials (``planning.overheads``).
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, dataclass
 
 from actors.contracts.config import TrialConfig
@@ -74,9 +73,8 @@ def predict_trial(trial: TrialConfig, spec: SweepSpec, shape: ModelShape) -> Tri
             per_round = r.duration_s
             row = {"concurrency": c, "output_tok_s": r.output_tok_s,
                    "ttft_p50_ms": r.ttft_p50_ms,
-                   "itl_p50_ms": statistics.median(x for x in r.itl_p99_ms if x is not None)
-                   if any(x is not None for x in r.itl_p99_ms) else 0.0,
-                   "max_running": 0, "max_waiting": 0, "preemptions": 0,
+                   "itl_p50_ms": r.itl_p50_ms or 0.0, "max_running": r.max_running,
+                   "max_waiting": r.max_waiting, "preemptions": 0,
                    "requests_s": r.requests_s}
         row["level"] = lv.key
         warm = per_round * min(1.0, w.warmup_requests / n) if w.warmup_requests else 0.0

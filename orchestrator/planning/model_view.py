@@ -83,6 +83,7 @@ def _replay_metrics(res: ReplayResult) -> LevelMetrics:
         return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else None
     return LevelMetrics(output_tok_s=res.output_tok_s, total_tok_s=res.output_tok_s,
                         requests_s=res.requests_s, ttft_p50_ms=q(tt, 0.5),
+                        itl_p50_ms=res.itl_p50_ms,
                         ttft_p99_ms=q(tt, 0.99), itl_p99_ms=q(itl, 0.99),
                         e2e_p50_ms=q(e2e, 0.5), e2e_p99_ms=q(e2e, 0.99),
                         tpot_p50_ms=None)
