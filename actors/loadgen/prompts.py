@@ -103,13 +103,17 @@ class PromptFactory:
     def planned(self, req: PlannedRequest, salt: int, chat: bool
                 ) -> list[int] | str | list[dict[str, str]]:
         """A planned request's prompt: token ids (completions, no text), text (completions
-        of text segments), or chat messages (one per run of segments of one role)."""
+        of text segments), or chat messages (one per run of segments of one role). Text
+        from a file starts with a short tag of this run and ``salt`` (level and round), so a
+        round's requests share their text's prefixes with each other, never with another
+        round's or run's (token ids get the same from their keys)."""
         if not chat:
             if not req.text:
                 return [t for s in req.segments for t in self._segment_ids(salt, s.key,
                                                                            s.tokens)]
-            return "\n\n".join(s.text if s.text is not None else
-                               self._words(salt, s.key, s.tokens) for s in req.segments)
+            return self._tag(salt) + "\n\n".join(
+                s.text if s.text is not None else self._words(salt, s.key, s.tokens)
+                for s in req.segments)
         msgs: list[dict[str, str]] = []
         for s in req.segments:
             text = s.text if s.text is not None else (
@@ -119,7 +123,12 @@ class PromptFactory:
                 msgs[-1]["content"] += "\n\n" + text
             else:
                 msgs.append({"role": s.role, "content": text})
+        if req.text:
+            msgs[0]["content"] = self._tag(salt) + msgs[0]["content"]
         return msgs
+
+    def _tag(self, salt: int) -> str:
+        return f"r{self.nonce}x{salt} "
 
     def _words(self, salt: int, key: str, tokens: int) -> str:
         rng = random.Random(f"{self._seed}-{salt}-{key}-t")

@@ -13,47 +13,20 @@ from __future__ import annotations
 
 import html
 import math
-from dataclasses import dataclass, field
 
 import pandas as pd
 
 from actors.contracts.results import TrialResult
 from actors.contracts.states import TrialStatus
 from orchestrator.results.analysis import Winner, levels_frame, winners
-from orchestrator.results.charts import Chart, crossover_chart, metric_chart, pareto_chart
+from orchestrator.results.charts import crossover_chart, metric_chart, pareto_chart
+from orchestrator.results.page_blocks import Section, Table
+from orchestrator.results.page_blocks import n_text as _n
+from orchestrator.results.page_traffic import traffic_section
 from orchestrator.spec import SweepSpec
 
 __all__ = ["Section", "Table", "build_sections", "render_html", "render_markdown",
            "regimes_of", "regime_frame"]
-
-
-@dataclass(frozen=True)
-class Table:
-    headers: list[str]
-    rows: list[list[str]]
-
-
-@dataclass
-class Section:
-    """A titled part of the report: paragraphs, tables and charts, in order."""
-
-    title: str
-    anchor: str
-    blocks: list[str | Table | Chart] = field(default_factory=list)
-
-    def add(self, *blocks: str | Table | Chart | None) -> Section:
-        self.blocks += [b for b in blocks if b is not None]
-        return self
-
-    @property
-    def charts(self) -> list[Chart]:
-        return [b for b in self.blocks if isinstance(b, Chart)]
-
-
-def _n(x: object, spec: str = ",.1f") -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    return format(x, spec)
 
 
 def regimes_of(spec: SweepSpec) -> dict[str, list[str]]:
@@ -192,7 +165,8 @@ def build_sections(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                 for _, r in rf[rf["key"].isin(front)].sort_values(
                     "output_tok_s", ascending=False).iterrows()]))
     sections.append(pareto)
-    sections += [_capacity(results), _verification(results), _failures(results),
+    sections += [traffic_section(spec, results), _capacity(results), _verification(results),
+                 _failures(results),
                  Section("Unfinished trials", "unfinished",
                          [f"{u}" for u in unfinished] if unfinished else
                          ["None: every planned trial has a final result."])]
