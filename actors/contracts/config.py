@@ -28,7 +28,7 @@ from actors.contracts.secrets import (
     secret_fix,
     secret_reason,
 )
-from actors.contracts.traffic import FileSource, Level, LevelKind, RequestSource
+from actors.contracts.traffic import CapacitySpec, FileSource, Level, LevelKind, RequestSource
 
 __all__ = ["resolve_env", "ENV_REF", "SECRET_NAME", "Frozen", "TrialConfig", "Workload",
            "ModelSpec", "SimOptions", "LaunchOptions", "SpaceEntry", "SpecRules", "AXES",
@@ -142,11 +142,17 @@ class Workload(Frozen):
     #: ``MAX_IN_FLIGHT``): past it, an arrival waits and counts as sent late
     max_in_flight: PosInt | None = None
     trace_speedups: list[Annotated[float, Field(gt=0)]] = Field(default_factory=list)
+    #: capacity at SLO: the highest rate each config holds (needs the spec's ``slo``)
+    capacity: CapacitySpec | None = None
+    #: a rate level sends at least rate x this many requests per round (engine seconds; the
+    #: request list cycled, each pass with prompts of its own): long enough to be steady
+    open_loop_s: float = Field(default=10.0, ge=0)
     #: open-loop levels: the share of the level's span left out at each end (warm-up, drain)
     steady_trim: float = Field(default=0.1, ge=0, lt=0.5)
     #: an open-loop request sent more than this late (engine ms) counts as late; any late
-    #: request flags the level ``late_sends`` (it cannot win)
-    late_send_ms: float = Field(default=10.0, gt=0)
+    #: request flags the level ``late_sends`` (it cannot win). A sped-up sim scales it down
+    #: in wall time (at time scale 0.25, 50 engine ms are 12.5 wall ms)
+    late_send_ms: float = Field(default=50.0, gt=0)
     rounds: PosInt | None = None  # None: 5 at concurrency <= 4, else 3
     requests_per_round: PosInt | None = None  # None: max(2 * concurrency, 4)
     warmup_requests: int = Field(default=4, ge=0)
@@ -178,8 +184,9 @@ class Workload(Frozen):
     def _prefix_fits(self) -> Workload:
         if self.shared_prefix_tokens >= self.prompt_tokens:
             raise ValueError("shared_prefix_tokens must be smaller than prompt_tokens")
-        if not (self.concurrency or self.rates or self.trace_speedups):
-            raise ValueError("give at least one level: concurrency, rates or trace_speedups")
+        if not (self.concurrency or self.rates or self.trace_speedups or self.capacity):
+            raise ValueError("give at least one level: concurrency, rates, trace_speedups "
+                             "(or a capacity search)")
         if self.requests is not None and self.shared_prefix_tokens:
             raise ValueError("shared_prefix_tokens is for the fixed shape; with requests, "
                              "give prefix_groups (synthetic) or hash_ids (a file)")
@@ -206,6 +213,18 @@ class Workload(Frozen):
         if level.kind is LevelKind.CONCURRENCY:
             return int(level.value)
         return self.max_in_flight or MAX_IN_FLIGHT
+
+    def requests_at(self, level: Level, listed: int | None) -> int:
+        """Requests per round at ``level``: the request list's ``listed`` requests, else
+        the fixed shape's count (closed loop: ``requests_for``; open loop:
+        ``requests_per_round``, default 64); a rate level at least ``rate x open_loop_s``
+        (the list cycled)."""
+        if level.kind is LevelKind.CONCURRENCY:
+            return listed if listed else self.requests_for(int(level.value))
+        base = listed or self.requests_per_round or 64
+        if level.kind is LevelKind.RATE:
+            return max(base, math.ceil(level.value * self.open_loop_s))
+        return base
 
     def rounds_for(self, concurrency: int) -> int:
         if self.rounds is not None:

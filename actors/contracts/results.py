@@ -24,7 +24,7 @@ from actors.contracts.states import (
 from actors.contracts.traffic import Level
 
 __all__ = ["LevelMetrics", "ServerObservation", "HostLoad", "ClientHealth", "RoundResult",
-           "OpenLoop", "LevelResult", "Capacity", "TrialResult"]
+           "OpenLoop", "LevelResult", "CapacityProbe", "SloCapacity", "Capacity", "TrialResult"]
 
 class _M(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -129,9 +129,11 @@ class RoundResult(_M):
 
 class OpenLoop(_M):
     """How an open-loop level (a rate or a trace) held its schedule, and the steady window
-    its metrics come from: each round's span from its first send to its last end, less
-    ``workload.steady_trim`` of it at each end. Throughput counts the tokens that arrived
-    inside the window; latencies come from the requests that started and ended inside it."""
+    its metrics come from: each round's span of sends, from its first to its last, less
+    ``workload.steady_trim`` of it at each end (the load is the schedule's there: not yet
+    ramping up, not yet draining). Throughput counts the tokens that arrived inside the
+    window over its length; latencies come from the requests sent inside it (each to its
+    end)."""
 
     offered_rps: float  # requests per engine second the level asked (its rate)
     #: the seeded schedule's own rate (a finite Poisson draw differs from the rate by
@@ -183,6 +185,36 @@ class LevelResult(_M):
         return self.identity.key
 
 
+class CapacityProbe(_M):
+    """One rate the capacity search measured."""
+
+    rate: float  # requests per engine second offered
+    held: bool  # valid, on schedule, and ``share`` of requests met every SLO limit
+    slo_met: float | None = None
+    output_tok_s: float | None = None
+    goodput_tok_s: float | None = None
+    reason: str = ""  # why it did not hold
+
+
+class SloCapacity(_M):
+    """Capacity at SLO of one config (``actors.contracts.traffic.CapacitySpec``). ``rps``
+    None: not even the lowest rate held (``note`` says why). ``band``: the spread of the
+    repeated measurements at ``rps`` (output tok/s, max minus min over the median)."""
+
+    rps: float | None
+    output_tok_s: float | None = None
+    rps_per_gpu: float | None = None
+    output_tok_s_per_gpu: float | None = None
+    usd_per_million_tokens: float | None = None
+    band: float | None = None
+    share: float
+    tolerance: float
+    bracket: tuple[float | None, float | None] = (None, None)  # held below, missed above
+    probes: list[CapacityProbe] = Field(default_factory=list)
+    repeats: list[CapacityProbe] = Field(default_factory=list)
+    note: str = ""
+
+
 class Capacity(BaseModel):
     """The KV pool a server reported and what it implies for the workload."""
 
@@ -226,6 +258,8 @@ class TrialResult(BaseModel):
     #: the work it was measured on: request list and schedule
     #: (``orchestrator.spec.traffic_plan.workload_fingerprint``; empty: written before)
     workload_fingerprint: str = ""
+    #: capacity at SLO (``workload.capacity``), when the spec asked for it
+    slo_capacity: SloCapacity | None = None
 
     @model_validator(mode="after")
     def _reason_fits_status(self) -> TrialResult:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["LengthDist", "SyntheticSource", "FileSource", "RequestSource", "Segment",
            "PlannedRequest", "RequestPlan", "LevelKind", "Level", "FILE_FORMATS",
-           "arrival_offsets"]
+           "arrival_offsets", "CapacitySpec"]
 
 FILE_FORMATS = ("auto", "mooncake", "prompts", "sharegpt")
 _Pos = Annotated[int, Field(gt=0)]
@@ -131,6 +131,29 @@ class FileSource(_F):
 
 
 RequestSource = Annotated[SyntheticSource | FileSource, Field(discriminator="kind")]
+
+
+class CapacitySpec(_F):
+    """Capacity at SLO: per config, the highest request rate (open loop, Poisson at the
+    workload's burstiness) at which ``share`` of requests meet every limit of the spec's
+    ``slo`` on their own, found on the warm server: from ``low``, doubling until a rate
+    misses (never above ``high``), then bisecting until the bracket is within
+    ``tolerance`` (relative); the rate found is measured ``repeats`` times more for its
+    noise band. With ``gpu_hour_usd`` the cost per million output tokens at that rate."""
+
+    share: float = Field(default=0.99, gt=0, le=1)
+    low: float = Field(default=1.0, gt=0)
+    high: float = Field(default=256.0, gt=0)
+    tolerance: float = Field(default=0.05, gt=0, lt=1)
+    repeats: int = Field(default=2, ge=1, le=10)
+    max_probes: int = Field(default=16, ge=2, le=64)
+    gpu_hour_usd: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _bracket(self) -> CapacitySpec:
+        if self.low >= self.high:
+            raise ValueError(f"low ({self.low}) must be below high ({self.high})")
+        return self
 
 
 class Segment(_F):

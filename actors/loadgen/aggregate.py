@@ -212,11 +212,12 @@ def _open_rounds(w: Workload, records: list[RequestRecord], rounds: list[tuple[i
         mine = [r for r in records if r.round == rnd]
         if not mine:
             continue
-        t0, t1 = min(r.start for r in mine), max(r.end for r in mine)
-        cut = w.steady_trim * (t1 - t0)
-        a, b = t0 + cut, t1 - cut
-        span = max(b - a, 1e-9)
         sends = sorted(r.start for r in mine)
+        cut = w.steady_trim * (sends[-1] - sends[0])
+        a, b = sends[0] + cut, sends[-1] - cut
+        if b <= a:  # one send (or all at once): the round's whole span
+            a, b = sends[0], max(r.end for r in mine)
+        span = max(b - a, 1e-9)
         if len(sends) > 1 and sends[-1] > sends[0]:
             achieved.append((len(sends) - 1) / (sends[-1] - sends[0]) * scale)
         dues = sorted(r.due for r in mine if r.due is not None)
@@ -227,7 +228,7 @@ def _open_rounds(w: Workload, records: list[RequestRecord], rounds: list[tuple[i
                 lag = r.start - r.due
                 lags.append(lag)
                 late += lag > late_s
-        inside = [r for r in mine if id(r) in counted and r.start >= a and r.end <= b]
+        inside = [r for r in mine if id(r) in counted and a <= r.start <= b]
         kept.update(id(r) for r in inside)
         left_out += sum(1 for r in mine if id(r) in counted) - len(inside)
         out_tok = good_tok = 0
@@ -237,8 +238,7 @@ def _open_rounds(w: Workload, records: list[RequestRecord], rounds: list[tuple[i
             n = sum(k for t, k in zip(r.arrivals, r.counts, strict=False) if a <= t <= b)
             out_tok += n
             good_tok += n if id(r) in good else 0
-        pre = sum((r.prompt_tokens or r.want_prompt or w.prompt_tokens) for r in mine
-                  if id(r) in counted and a <= r.start <= b)
+        pre = sum((r.prompt_tokens or r.want_prompt or w.prompt_tokens) for r in inside)
         per_s = scale / span
         out.append(RoundResult(round=rnd, requests=len(mine), duration_s=span / scale,
                                output_tok_s=out_tok * per_s,

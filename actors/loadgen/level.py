@@ -123,7 +123,9 @@ class LevelRunner:
     def _body(self, index: int, salt: int) -> dict[str, Any]:
         w = self.workload
         if self.plan is not None:
-            req = self.plan.requests[index % len(self.plan.requests)]
+            n = len(self.plan.requests)
+            req = self.plan.requests[index % n]
+            salt += (index // n) * 7919  # a cycled list's next pass: prompts of its own
             return build_body(self.model, w.api,
                               self.prompts.planned(req, salt, w.api == "chat"),
                               req.output_tokens, self.per_chunk_usage, self.token_ids)
@@ -142,14 +144,8 @@ class LevelRunner:
         return rec
 
     def level_requests(self, lv: Level) -> int:
-        """Requests per round: the whole request list, else the fixed shape's count (an
-        open-loop level of the fixed shape: ``requests_per_round``, default 64)."""
-        w = self.workload
-        if self.plan is not None:
-            return len(self.plan.requests)
-        if lv.kind is LevelKind.CONCURRENCY:
-            return w.requests_for(int(lv.value))
-        return w.requests_per_round or 64
+        """Requests per round at ``lv`` (``Workload.requests_at``)."""
+        return self.workload.requests_at(lv, len(self.plan.requests) if self.plan else None)
 
     def schedule(self, lv: Level, n: int, rnd: int) -> list[float] | None:
         """Send offsets (wall seconds from the round's start) of requests 0..n-1 at an

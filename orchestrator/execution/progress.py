@@ -80,6 +80,19 @@ class Progress:
                 self.say(f"         warning: {cap.note}")
         elif kind == "level":
             self.say(f"         {level_line(data['level'])}")
+        elif kind == "probe":
+            p = data["probe"]
+            met = "-" if p.slo_met is None else f"{p.slo_met:.1%}"
+            why = f"{met} met the SLO" if p.held or not p.reason else p.reason
+            self.say(f"         capacity probe {p.rate:g}/s: "
+                     f"{'held' if p.held else 'missed'} ({why})")
+        elif kind == "capacity":
+            c = data["capacity"]
+            rate = "none" if c.rps is None else f"{c.rps:g} requests/s"
+            self.say(f"         capacity at SLO: {rate}"
+                     + (f", {c.output_tok_s:,.0f} output tok/s" if c.output_tok_s else "")
+                     + (f", band {c.band:.1%}" if c.band is not None else "")
+                     + (f" ({c.note})" if c.note else ""))
 
     def trial_finished(self, result: TrialResult) -> None:
         self.done += 1

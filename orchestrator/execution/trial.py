@@ -26,7 +26,7 @@ from ray.exceptions import GetTimeoutError, RayError
 from actors.contracts.applied import AppliedConfig
 from actors.contracts.diskspace import disk_error
 from actors.contracts.messages import LaunchInfo, Observation, Readiness, StopResult
-from actors.contracts.results import Capacity, LevelResult, TrialResult
+from actors.contracts.results import Capacity, LevelResult, SloCapacity, TrialResult
 from actors.contracts.shapes import ModelShape
 from actors.contracts.states import FailureClass
 from actors.contracts.traffic import LevelKind, RequestPlan
@@ -37,6 +37,7 @@ from orchestrator.execution.cluster import NODE_ID_LABEL, Cluster
 from orchestrator.execution.failures import classify_ray_error
 from orchestrator.planning.capacity import LevelPrediction, length_rejection, predict_level
 from orchestrator.planning.plan import PlannedTrial
+from orchestrator.planning.slo_capacity import CapacitySearch
 from orchestrator.spec import SweepSpec
 
 __all__ = ["TrialExecution", "TrialPhase", "TRANSITIONS", "TIMEOUT_CLASS"]
@@ -86,6 +87,10 @@ class TrialExecution:
         self.pin = pin  # node labels the placement must match (the node packing chose)
         self.on_event = on_event or (lambda kind, data: None)
         self.plan, self.fingerprint = plan, fingerprint  # the request list; its schedule's id
+        cap = spec.workload.capacity
+        # capacity at SLO, probed rate by rate after the levels (planning.slo_capacity)
+        self.search = CapacitySearch(cap) if cap is not None else None
+        self.slo_capacity: SloCapacity | None = None
         self.adapter = get_adapter(self.cfg.engine)
         self.phase = TrialPhase.PLACE
         self.deadline: float | None = None
@@ -196,6 +201,13 @@ class TrialExecution:
     def _next_level(self) -> Any:
         w, fp = self.spec.workload, self.spec.failure
         levels = w.levels()
+        if self.level_i >= len(levels) and self.search is not None and self.hold_s is None:
+            probe = self.search.level()
+            if probe is not None:
+                self._enter(TrialPhase.LEVEL, w.level_timeout_s + fp.call_grace_s)
+                return self.cluster.call(self.lg, "run_level", probe.key, self.level_i)
+            self.slo_capacity = self.search.result(self.cfg.tp)
+            self.on_event("capacity", {"key": self.key, "capacity": self.slo_capacity})
         if self.level_i >= len(levels):
             self._enter(TrialPhase.OBSERVE, fp.observe_timeout_s)
             return self.cluster.call(self.host, "observe")
@@ -207,6 +219,10 @@ class TrialExecution:
         return self.cluster.call(self.lg, "run_level", lv.key, self.level_i)
 
     def _after_level(self, measured: LevelResult) -> Any:
+        if self.search is not None and self.level_i >= len(self.spec.workload.levels()):
+            probe = self.search.record(measured)  # a capacity probe, kept with the capacity
+            self.on_event("probe", {"key": self.key, "probe": probe})
+            return self._next_level()
         if measured.level is None:  # the sim's hold mode knows only the in-flight count
             measured = measured.model_copy(
                 update={"level": self.spec.workload.levels()[self.level_i]})
@@ -311,7 +327,7 @@ class TrialExecution:
             host={**host, "loadgen_node_id": lg_node},
             hardware=self.spec.hardware, time_scale=self.time_scale,
             log_tail=self.log_tail[-8000:], attempt=self.attempt,
-            workload_fingerprint=self.fingerprint)
+            workload_fingerprint=self.fingerprint, slo_capacity=self.slo_capacity)
         self.phase = TrialPhase.DONE
         return None
 

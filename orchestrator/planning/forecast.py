@@ -68,7 +68,7 @@ def predict_trial(trial: TrialConfig, spec: SweepSpec, shape: ModelShape) -> Tri
             per_round = p.duration_s
             row = {k: v for k, v in asdict(p).items() if k != "requests"}
         else:  # the request list itself, at its schedule (actors.sim.replay)
-            n = len(plan.requests) if plan else (w.requests_per_round or 64)
+            n = w.requests_at(lv, len(plan.requests) if plan else None)
             r = simulate_requests(engine, sim_requests(spec, lv, n), c)
             per_round = r.duration_s
             row = {"concurrency": c, "output_tok_s": r.output_tok_s,

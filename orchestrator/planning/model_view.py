@@ -68,8 +68,9 @@ def sim_requests(spec: SweepSpec, lv: Level, n: int) -> list[SimRequest]:
         if plan is None:
             out.append(SimRequest(w.prompt_tokens, w.output_tokens, at))
             continue
-        r = plan.requests[i]
-        ids = tuple(zlib.crc32(s.key.encode()) * 1_000_003 + j
+        r = plan.requests[i % len(plan.requests)]
+        cycle = i // len(plan.requests)  # a cycled list's next pass shares nothing
+        ids = tuple((zlib.crc32(s.key.encode()) + cycle * 7919) * 1_000_003 + j
                     for s in r.segments for j in range(s.tokens))
         out.append(SimRequest(r.prompt_tokens, r.output_tokens, at, ids))
     return out
@@ -109,7 +110,7 @@ def predicted_levels(cfg: TrialConfig, spec: SweepSpec, shape: ModelShape,
                 n = min(w.requests_for(c), 2 * c + 2)
                 p = simulate_closed_loop(engine, c, n, w.prompt_tokens, w.output_tokens)
             else:
-                n = len(plan.requests) if plan else (w.requests_per_round or 64)
+                n = w.requests_at(lv, len(plan.requests) if plan else None)
                 out[lv.key] = _replay_metrics(simulate_requests(
                     engine, sim_requests(spec, lv, n), c))
                 continue

@@ -200,6 +200,13 @@ class SweepSpec(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _capacity_has_an_slo(self) -> SweepSpec:
+        if self.workload.capacity is not None and self.slo.empty:
+            raise ValueError("workload.capacity finds the highest rate meeting the slo: give "
+                             "slo limits (e.g. slo: {ttft_p99_ms: 500, itl_p99_ms: 50})")
+        return self
+
+    @model_validator(mode="after")
     def _search_fits(self) -> SweepSpec:
         check_search_against(self.search, self.workload.levels(), self.space)
         _check_extra_params(self)
