@@ -45,7 +45,7 @@ def test_a_length_distribution_at_a_poisson_rate_counts_each_request_against_its
                           prompt={"kind": "lognormal", "mean": 200, "stdev": 120, "min": 16,
                                   "max": 800},
                           output={"kind": "uniform", "min": 4, "max": 40})
-    w = Workload(prompt_tokens=800, output_tokens=40, rates=[30.0], rounds=1,
+    w = Workload(prompt_tokens=800, output_tokens=40, rates=[30.0], rounds=1, open_loop_s=0,
                  warmup_requests=2, requests=src, level_timeout_s=60)
     res, rows = measure(sim, w, "rate=30/s")
     assert res["status"] == "valid", res["reason"]
@@ -109,7 +109,7 @@ def test_a_multi_turn_chat_carries_its_history_and_the_counts_hold(sim, tmp_path
 
 def test_an_open_loop_level_that_cannot_keep_its_schedule_is_flagged(sim):
     w = Workload(prompt_tokens=64, output_tokens=64, rates=[200.0], rounds=1,
-                 requests_per_round=12, warmup_requests=0, max_in_flight=1)
+                 requests_per_round=12, warmup_requests=0, max_in_flight=1, open_loop_s=0)
     res, _ = measure(sim, w, "rate=200/s")
     assert res["status"] == "valid"
     assert "late_sends" in res["flags"] and res["open_loop"]["late_sends"] >= 5

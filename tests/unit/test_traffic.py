@@ -19,8 +19,8 @@ from actors.contracts.traffic import (
     arrival_offsets,
 )
 from actors.loadgen.aggregate import judge_request
-from actors.loadgen.proof import Verdict
 from actors.loadgen.prompts import PromptFactory
+from actors.loadgen.proof import Verdict
 from actors.loadgen.records import RequestRecord, StreamProof
 from orchestrator.errors import SpecError
 from orchestrator.spec.model import parse_spec
