@@ -130,10 +130,11 @@ class RoundResult(_M):
 class OpenLoop(_M):
     """How an open-loop level (a rate or a trace) held its schedule, and the steady window
     its metrics come from: each round's span of sends, from its first to its last, less
-    ``workload.steady_trim`` of it at each end (the load is the schedule's there: not yet
-    ramping up, not yet draining). Throughput counts the tokens that arrived inside the
-    window over its length; latencies come from the requests sent inside it (each to its
-    end)."""
+    ``workload.steady_trim`` of it at each end, and opening no sooner than one median
+    request duration after the first send (the server has filled: not ramping up, not
+    draining). Throughput counts the tokens that arrived inside the window over its
+    length; latencies come from the requests sent inside it (each to its end). A round
+    too short for a window is measured whole."""
 
     offered_rps: float  # requests per engine second the level asked (its rate)
     #: the seeded schedule's own rate (a finite Poisson draw differs from the rate by

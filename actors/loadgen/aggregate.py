@@ -214,7 +214,8 @@ def _open_rounds(w: Workload, records: list[RequestRecord], rounds: list[tuple[i
             continue
         sends = sorted(r.start for r in mine)
         cut = w.steady_trim * (sends[-1] - sends[0])
-        a, b = sends[0] + cut, sends[-1] - cut
+        fill = median([r.end - r.start for r in mine if id(r) in counted]) or 0.0
+        a, b = sends[0] + max(cut, fill), sends[-1] - cut
         if b <= a:  # one send (or all at once): the round's whole span
             a, b = sends[0], max(r.end for r in mine)
         span = max(b - a, 1e-9)

@@ -115,6 +115,11 @@ def score_levels(levels: dict[str, LevelMetrics | None], cfg: TrialConfig, spec:
 
 def trial_scores(result: TrialResult, spec: SweepSpec) -> dict[str, RegimeScore]:
     """A measured trial's regime scores; a failed or invalid trial has none anywhere."""
+    if spec.search.objective is Objective.SLO_CAPACITY:  # one figure per trial
+        cap = result.slo_capacity if result.status.has_measurements() else None
+        value = cap.rps_per_gpu if cap is not None else None
+        return {name: RegimeScore(value if value is not None else (0.0 if cap else None))
+                for name in spec.search.regime_levels(spec.workload.levels())}
     levels: dict[str, LevelMetrics | None] = {}
     if result.status.has_measurements():
         for lv in result.levels:  # SLOs are the search's constraints, not a filter here

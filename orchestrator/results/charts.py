@@ -137,3 +137,35 @@ def pareto_chart(df: pd.DataFrame, front_keys: set[str], regime: str,
     ax.legend(fontsize=7)
     fig.tight_layout()
     return Chart(name, f"Throughput vs latency: {regime}", _svg(fig))
+
+
+def capacity_chart(curves: dict[str, list[tuple[float, float, bool]]],
+                   knees: dict[str, float | None], name: str = "slo_capacity"
+                   ) -> Chart | None:
+    """Goodput (output tok/s of the requests that met every SLO limit) against the
+    offered rate, one line per config from its capacity probes (hollow: the probe missed
+    the SLO share), its capacity at SLO marked by a dashed line."""
+    curves = {k: v for k, v in curves.items() if v}
+    if not curves:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8.5, 4.8))
+    colours = plt.get_cmap("tab10")
+    for i, (label, pts) in enumerate(sorted(curves.items())):
+        pts = sorted(pts)
+        colour = colours(i % 10)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colour, linewidth=1.2,
+                label=label)
+        for rate, good, held in pts:
+            ax.plot(rate, good, marker="o", color=colour,
+                    markerfacecolor=colour if held else "white")
+        knee = knees.get(label)
+        if knee is not None:
+            ax.axvline(knee, color=colour, linestyle="--", linewidth=0.8)
+    ax.set_xlabel("offered request rate (requests/s; dashed: capacity at SLO)")
+    ax.set_ylabel("goodput (output tok/s meeting the SLO)")
+    ax.set_title("Goodput against rate (filled: the SLO share held)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    return Chart(name, "Goodput against rate", _svg(fig))

@@ -182,8 +182,12 @@ def _export_one(spec: SweepSpec, ledger: Ledger, win: RegimeWinner, r: TrialResu
             _write(folder / form.name / name, text)
         files[f"{form.name}/"] = (f"{form.title} | "
                                   + ("yes" if form.measured_form else NOT_MEASURED))
+    cap = r.slo_capacity.model_dump(mode="json", exclude={"probes", "repeats"}) \
+        if r.slo_capacity else None  # for replica sizing: requests/s one replica holds
     _write(folder / "deployment.json", json.dumps(
-        {"regime": asdict(win), "deployment": dep.model_dump(mode="json")}, indent=1) + "\n")
+        {"regime": asdict(win), "deployment": dep.model_dump(mode="json"),
+         "slo_capacity": cap, "workload_fingerprint": r.workload_fingerprint or None},
+        indent=1) + "\n")
     files["deployment.json"] = "the winner and the deployment, for scripts | -"
     _write(folder / "README.md", render_readme(win, dep, {**files, "README.md": "this file | -"},
                                                facts))

@@ -22,7 +22,7 @@ from orchestrator.results.analysis import Winner, levels_frame, winners
 from orchestrator.results.charts import crossover_chart, metric_chart, pareto_chart
 from orchestrator.results.page_blocks import Section, Table
 from orchestrator.results.page_blocks import n_text as _n
-from orchestrator.results.page_traffic import traffic_section
+from orchestrator.results.page_traffic import capacity_section, traffic_section
 from orchestrator.spec import SweepSpec
 
 __all__ = ["Section", "Table", "build_sections", "render_html", "render_markdown",
@@ -165,7 +165,9 @@ def build_sections(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                 for _, r in rf[rf["key"].isin(front)].sort_values(
                     "output_tok_s", ascending=False).iterrows()]))
     sections.append(pareto)
-    sections += [traffic_section(spec, results), _capacity(results), _verification(results),
+    slo_cap = capacity_section(spec, results)
+    sections += ([slo_cap] if slo_cap else []) + [traffic_section(spec, results),
+                                                  _capacity(results), _verification(results),
                  _failures(results),
                  Section("Unfinished trials", "unfinished",
                          [f"{u}" for u in unfinished] if unfinished else

@@ -10,11 +10,12 @@ reported beside the rate the list implies.
 from __future__ import annotations
 
 from actors.contracts.results import TrialResult
+from orchestrator.results.charts import capacity_chart
 from orchestrator.results.page_blocks import Section, Table, n_text
 from orchestrator.spec import SweepSpec
 from orchestrator.spec.traffic_plan import mix_summary
 
-__all__ = ["traffic_section"]
+__all__ = ["traffic_section", "capacity_section"]
 
 
 def traffic_section(spec: SweepSpec, results: list[TrialResult]) -> Section:
@@ -51,3 +52,40 @@ def traffic_section(spec: SweepSpec, results: list[TrialResult]) -> Section:
         s.add(Table(["config", "level", "offered req/s", "scheduled req/s", "achieved req/s",
                      "sent late", "window kept / left out", "prefix hits (server)"], rows))
     return s
+
+
+def capacity_section(spec: SweepSpec, results: list[TrialResult]) -> Section | None:
+    """Capacity at SLO per config (``workload.capacity``): the highest rate held, its
+    tokens/s, per GPU, cost, band, and the goodput-against-rate chart; None when the spec
+    asked for none."""
+    cap = spec.workload.capacity
+    if cap is None:
+        return None
+    s = Section("Capacity at SLO", "slo-capacity").add(
+        f"The highest request rate at which {cap.share:.0%} of requests met every SLO limit "
+        f"({', '.join(f'{k} <= {v:g}' for k, v in spec.slo.model_dump(exclude_none=True).items())}"
+        f"), found on each warm server by doubling from {cap.low:g}/s then bisecting to "
+        f"{cap.tolerance:.0%}; the band is the spread of {cap.repeats} more measurement(s) "
+        "there.")
+    rows, curves, knees = [], {}, {}
+    found = [r for r in results if r.slo_capacity is not None]
+    best = max((r for r in found if r.slo_capacity and r.slo_capacity.rps),
+               key=lambda r: (r.slo_capacity.rps_per_gpu or 0)  # type: ignore[union-attr]
+               , default=None)
+    for r in found:
+        c = r.slo_capacity
+        assert c is not None
+        label = r.config.label()
+        rows.append([label + (" (most per GPU)" if r is best else ""),
+                     n_text(c.rps, ".2f"), n_text(c.output_tok_s), n_text(c.rps_per_gpu, ".2f"),
+                     n_text(c.output_tok_s_per_gpu),
+                     "-" if c.usd_per_million_tokens is None else
+                     f"${c.usd_per_million_tokens:,.3f}",
+                     "-" if c.band is None else f"{c.band:.1%}", str(len(c.probes)),
+                     c.note or "-"])
+        curves[label] = [(p.rate, p.goodput_tok_s or 0.0, p.held) for p in c.probes]
+        knees[label] = c.rps
+    s.add(Table(["config", "req/s at SLO", "out tok/s", "req/s per GPU", "out tok/s per GPU",
+                 "per M output tokens", "band", "probes", "note"], rows)
+          if rows else "No trial measured its capacity.")
+    return s.add(capacity_chart(curves, knees))

@@ -77,6 +77,17 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
     else:
         parts.append("\nNo crossover: one configuration wins at every level."
                      if any(win.key for win in ws) else "\nNo winner at any level.")
+    caps = [r for r in results if r.slo_capacity is not None]
+    if caps:
+        parts.append("\nCapacity at SLO (highest rate where "
+                     f"{spec.workload.capacity.share if spec.workload.capacity else 0:.0%} of "
+                     "requests met every limit):")
+        parts.append(table_text(
+            ["config", "req/s", "out tok/s", "per GPU req/s", "$/M tokens", "band", "note"],
+            [[r.config.label(), _n(c.rps, ".2f"), _n(c.output_tok_s, ".1f"),
+              _n(c.rps_per_gpu, ".2f"), _n(c.usd_per_million_tokens, ".3f"),
+              "-" if c.band is None else f"{c.band:.1%}", c.note or "-"]
+             for r in caps if (c := r.slo_capacity) is not None]))
     doubtful = [(r, lv) for r in results for lv in r.levels
                 if lv.status == "valid" and LevelFlag.UNVERIFIED in lv.flags]
     if doubtful:

@@ -201,6 +201,9 @@ class SweepSpec(Frozen):
 
     @model_validator(mode="after")
     def _capacity_has_an_slo(self) -> SweepSpec:
+        if self.search.objective.value == "slo_capacity" and self.workload.capacity is None:
+            raise ValueError("search.objective slo_capacity ranks by workload.capacity: give "
+                             "workload.capacity (e.g. {low: 1, share: 0.99})")
         if self.workload.capacity is not None and self.slo.empty:
             raise ValueError("workload.capacity finds the highest rate meeting the slo: give "
                              "slo limits (e.g. slo: {ttft_p99_ms: 500, itl_p99_ms: 50})")

@@ -36,6 +36,8 @@ class Objective(StrEnum):
     OUTPUT_TOK_S = "output_tok_s"
     OUTPUT_TOK_S_PER_GPU = "output_tok_s_per_gpu"
     GOODPUT = "goodput"
+    #: requests/s per GPU at SLO (``workload.capacity``): the same for every regime
+    SLO_CAPACITY = "slo_capacity"
 
 
 class LatencyMetric(StrEnum):
