@@ -26,6 +26,13 @@ from actors.contracts.config import (
     Workload,
 )
 from actors.contracts.kv import KvPool
+from actors.contracts.metrics import (
+    ClientProfile,
+    MetricsFormat,
+    MetricsSample,
+    parse_prometheus,
+    read_sample,
+)
 from actors.engines.deploy import Deployment
 from actors.engines.extras import Extras, check_extras, parse_extras
 
@@ -106,49 +113,6 @@ def last_event(events: list[LogEvent], *kinds: str) -> tuple[int, LogEvent] | No
     return None
 
 
-@dataclass(frozen=True)
-class MetricsSample:
-    """One scrape of the server's metrics, normalised across engines (None: not reported)."""
-
-    t: float
-    running: float | None = None
-    waiting: float | None = None
-    kv_usage: float | None = None  # 0..1
-    preemptions_total: float | None = None
-    block_size: int | None = None
-    num_blocks: int | None = None
-    time_scale: float | None = None
-    #: the sim's punctuality counters (``actors.sim.pace``); None from a real engine
-    sim_paced_tokens: float | None = None
-    sim_late_tokens: float | None = None
-    sim_lag_token_s: float | None = None
-    sim_first_tokens: float | None = None
-    sim_late_first_tokens: float | None = None
-    sim_behind_s: float | None = None  # wall time lost to stalls past 50 ms (never made up)
-    #: prefix cache: prompt tokens looked up, and found cached (counters)
-    prefix_queries_total: float | None = None
-    prefix_hits_total: float | None = None
-
-
-def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Prometheus text -> {name: [(labels, value), ...]}; comments and junk lines skipped."""
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)", line)
-        if not m:
-            continue
-        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
-        try:
-            value = float(m.group(4))
-        except ValueError:
-            continue
-        out.setdefault(m.group(1), []).append((labels, value))
-    return out
-
-
 class EngineAdapter(abc.ABC):
     """Contract for one engine. Subclasses register with ``@register``.
 
@@ -213,6 +177,9 @@ class EngineAdapter(abc.ABC):
     - ``token_ids``: whether requests ask for ``return_token_ids``.
     - ``picks_own_port``: whether the server takes port 0 and logs the port it bound.
     - ``health_path``, ``metrics_path``: where the host polls health and scrapes metrics.
+    - ``metrics_format``, ``metric_names``, ``metric_labels``: how the metrics endpoint reads
+      (``MetricsFormat``; the engine's names for ``MetricsSample``'s fields; an info
+      metric's labels), handed to the load generator as data in ``client_profile()``.
     - ``serves_presets``: whether the engine can run a ``model.preset`` (a shape with no
       weights: the sim); engines that serve real weights need ``model.path``.
     - ``default_profile``: the ``profile`` a trial gets when its space entry names none
@@ -250,6 +217,11 @@ class EngineAdapter(abc.ABC):
     picks_own_port: ClassVar[bool] = False
     health_path: ClassVar[str] = "/health"
     metrics_path: ClassVar[str] = "/metrics"
+    #: how the load generator reads the metrics endpoint (``client_profile``): its format,
+    #: the engine's names for ``MetricsSample``'s fields, an info metric's labels
+    metrics_format: ClassVar[MetricsFormat] = MetricsFormat.NONE
+    metric_names: ClassVar[dict[str, list[str]]] = {}
+    metric_labels: ClassVar[dict[str, tuple[str, str]]] = {}
     #: Whether the engine runs a ``model.preset`` (no weights); else it needs ``model.path``.
     serves_presets: ClassVar[bool] = False
     #: The ``profile`` of a trial whose space entry names none; None: no profiles.
@@ -325,8 +297,18 @@ class EngineAdapter(abc.ABC):
     def parse_log_line(self, line: str) -> list[LogEvent]:
         return []
 
+    def client_profile(self) -> ClientProfile:
+        """What the load generator must know of this engine's server: data only (the
+        metrics endpoint and its names, what its streams carry), so no engine code runs on
+        the load generator's side of the seam."""
+        return ClientProfile(metrics_path=self.metrics_path, metrics_format=self.metrics_format,
+                             names=self.metric_names, labels=self.metric_labels,
+                             per_chunk_usage=self.per_chunk_usage, token_ids=self.token_ids)
+
     def parse_metrics(self, text: str, t: float) -> MetricsSample:
-        return MetricsSample(t=t)
+        """One scrape as a ``MetricsSample``: the load generator's own parser
+        (``actors.contracts.metrics.read_sample``) on this engine's profile."""
+        return read_sample(text, t, self.client_profile())
 
     def applied(self, events: list[LogEvent]) -> AppliedConfig:
         """Settings the server reports it applied, folded from its log events: the common

@@ -6,10 +6,11 @@ import os
 from typing import Literal
 
 from actors.contracts.config import SpaceEntry, TrialConfig
-from actors.engines.base import EngineAdapter, Extras, LaunchContext, LaunchPlan, MetricsSample
+from actors.contracts.metrics import MetricsFormat
+from actors.engines.base import EngineAdapter, Extras, LaunchContext, LaunchPlan
 from actors.engines.deploy import Deployment
 from actors.engines.registry import register
-from actors.engines.vllm_log import parse_vllm_metrics
+from actors.engines.vllm_log import VLLM_METRIC_LABELS, VLLM_METRIC_NAMES
 
 __all__ = ["ExternalAdapter", "ExternalExtras"]
 
@@ -35,6 +36,10 @@ class ExternalAdapter(EngineAdapter):
     health_path = "/v1/models"  # every OpenAI-compatible server has it
     extras_model = ExternalExtras
     startup_s = 1.0  # already running: the first health check
+    # vLLM-style names where the server has them
+    metrics_format = MetricsFormat.PROMETHEUS
+    metric_names = VLLM_METRIC_NAMES
+    metric_labels = VLLM_METRIC_LABELS
 
     def check_space(self, entry: SpaceEntry) -> None:
         super().check_space(entry)
@@ -57,5 +62,3 @@ class ExternalAdapter(EngineAdapter):
             f"({ctx.launch.base_url or 'launch.base_url'}); its configuration is whatever "
             "that server runs, which servesweep neither set nor read"))
 
-    def parse_metrics(self, text: str, t: float) -> MetricsSample:
-        return parse_vllm_metrics(text, t)  # vLLM-style names when the server has them

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from actors.contracts.applied import AppliedConfig
 from actors.contracts.config import LaunchOptions, ModelSpec, SpaceEntry, TrialConfig
 from actors.contracts.hardware import get_hardware
 from actors.contracts.kv import KvPool
+from actors.contracts.metrics import MetricsFormat
 from actors.contracts.shapes import load_shape
 from actors.engines.base import (
     EngineAdapter,
@@ -31,9 +31,10 @@ from actors.engines.registry import adapter_names, get_adapter, register
 from actors.engines.trtllm import fp8_unsupported
 from actors.engines.trtllm_log import parse_trtllm_line, trtllm_kv_pool
 from actors.engines.vllm_log import (
+    VLLM_METRIC_LABELS,
+    VLLM_METRIC_NAMES,
     applied_from_events,
     parse_vllm_line,
-    parse_vllm_metrics,
     vllm_kv_pool,
 )
 from actors.sim.config import SimServerConfig, parse_fault
@@ -99,6 +100,14 @@ class SimAdapter(EngineAdapter):
     default_profile = DEFAULT_PROFILE
     time_scaled = True
     startup_s = 1.5
+    # vLLM's names (the sim serves them for either profile) and its punctuality counters
+    metrics_format = MetricsFormat.PROMETHEUS
+    metric_names = {**VLLM_METRIC_NAMES, **{
+        f"sim_{field}": [f"servesweep_sim_{name}_total"] for field, name in (
+            ("paced_tokens", "paced_tokens"), ("late_tokens", "late_tokens"),
+            ("lag_token_s", "token_lag_seconds"), ("first_tokens", "first_tokens"),
+            ("late_first_tokens", "late_first_tokens"), ("behind_s", "behind_seconds"))}}
+    metric_labels = VLLM_METRIC_LABELS
     kv_pool_hint = ("'sim: KV pool N blocks of B tokens', or the KV pool lines of the engine "
                     "its profile imitates")
 
@@ -202,20 +211,6 @@ class SimAdapter(EngineAdapter):
         if m:
             return [LogEvent("kv_blocks", {k: int(v) for k, v in m.groupdict().items()}, line)]
         return parse_vllm_line(line) + parse_trtllm_line(line)
-
-    def parse_metrics(self, text: str, t: float) -> MetricsSample:
-        """vLLM's names, plus the sim's punctuality counters (``actors.sim.pace``)."""
-        sample = parse_vllm_metrics(text, t)
-        found = {name: value for name, value in _PACE.findall(text)}
-        if not found:
-            return sample
-        return dataclasses.replace(
-            sample, sim_paced_tokens=_num(found.get("paced_tokens")),
-            sim_late_tokens=_num(found.get("late_tokens")),
-            sim_lag_token_s=_num(found.get("token_lag_seconds")),
-            sim_first_tokens=_num(found.get("first_tokens")),
-            sim_late_first_tokens=_num(found.get("late_first_tokens")),
-            sim_behind_s=_num(found.get("behind_seconds")))
 
     def applied(self, events: list[LogEvent]) -> AppliedConfig:
         applied = applied_from_events(events)

@@ -34,6 +34,7 @@ from actors.contracts.applied import AppliedConfig
 from actors.contracts.config import SpaceEntry, TrialConfig
 from actors.contracts.hardware import Hardware, get_hardware
 from actors.contracts.kv import KvPool
+from actors.contracts.metrics import MetricsFormat
 from actors.engines.base import (
     EngineAdapter,
     LaunchContext,
@@ -47,10 +48,10 @@ from actors.engines.trtllm_deploy import trtllm_deployment
 from actors.engines.trtllm_log import (
     DEFAULT_TOKENS_PER_BLOCK,
     KV_POOL_LINES,
+    TRTLLM_METRIC_NAMES,
     applied_from_trtllm_events,
     graphs_evidence,
     parse_trtllm_line,
-    parse_trtllm_metrics,
     trtllm_kv_pool,
 )
 from actors.engines.trtllm_options import (
@@ -123,6 +124,8 @@ class TrtllmAdapter(EngineAdapter):
     extras_model = TrtllmExtras
     health_path = "/health"
     metrics_path = "/metrics"  # JSON iteration stats, not Prometheus
+    metrics_format = MetricsFormat.JSON_STATS
+    metric_names = TRTLLM_METRIC_NAMES
     sim_profile = "trtllm"
     startup_s = 150.0
     kv_pool_hint = KV_POOL_LINES
@@ -201,9 +204,6 @@ class TrtllmAdapter(EngineAdapter):
 
     def parse_log_line(self, line: str) -> list[LogEvent]:
         return parse_trtllm_line(line)
-
-    def parse_metrics(self, text: str, t: float) -> MetricsSample:
-        return parse_trtllm_metrics(text, t)
 
     def applied(self, events: list[LogEvent]) -> AppliedConfig:
         return AppliedConfig.from_facts(applied_from_trtllm_events(events))

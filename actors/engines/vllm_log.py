@@ -11,9 +11,11 @@ import re
 from typing import Any
 
 from actors.contracts.kv import KvPool
-from actors.engines.base import LogEvent, MetricsSample, last_event, parse_prometheus
+from actors.contracts.metrics import ClientProfile, MetricsSample, read_sample
+from actors.engines.base import LogEvent, last_event
 
-__all__ = ["parse_vllm_line", "parse_vllm_metrics", "applied_from_events", "pool_blocks",
+__all__ = ["parse_vllm_line", "parse_vllm_metrics", "VLLM_METRIC_NAMES", "VLLM_METRIC_LABELS",
+           "applied_from_events", "pool_blocks",
            "vllm_kv_pool", "DEFAULT_BLOCK_SIZE", "KV_POOL_LINES"]
 
 #: Block size vLLM uses unless ``--block-size`` says otherwise (not printed in its log).
@@ -279,31 +281,24 @@ def vllm_kv_pool(events: list[LogEvent], admission: str,
                   evidence=sorted(set(evidence)))
 
 
+#: vLLM's Prometheus names for ``MetricsSample``'s fields (older ``gpu_`` spellings too)
+VLLM_METRIC_NAMES: dict[str, list[str]] = {
+    "running": ["vllm:num_requests_running"],
+    "waiting": ["vllm:num_requests_waiting"],
+    "kv_usage": ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
+    "preemptions_total": ["vllm:num_preemptions_total", "vllm:num_preemptions"],
+    "time_scale": ["servesweep_sim_time_scale"],
+    "prefix_queries_total": ["vllm:prefix_cache_queries_total",
+                             "vllm:gpu_prefix_cache_queries_total"],
+    "prefix_hits_total": ["vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"],
+}
+VLLM_METRIC_LABELS: dict[str, tuple[str, str]] = {
+    "block_size": ("vllm:cache_config_info", "block_size"),
+    "num_blocks": ("vllm:cache_config_info", "num_gpu_blocks"),
+}
+
+
 def parse_vllm_metrics(text: str, t: float) -> MetricsSample:
-    """Normalise vLLM's Prometheus names (``vllm:`` prefix; older ``gpu_`` spellings too)."""
-    m = parse_prometheus(text)
-
-    def total(*names: str) -> float | None:
-        for name in names:
-            if name in m:
-                return sum(v for _, v in m[name])
-        return None
-
-    block_size = num_blocks = None
-    if "vllm:cache_config_info" in m:
-        labels = m["vllm:cache_config_info"][0][0]
-        if labels.get("block_size", "").isdigit():
-            block_size = int(labels["block_size"])
-        if labels.get("num_gpu_blocks", "").isdigit():
-            num_blocks = int(labels["num_gpu_blocks"])
-    scale = total("servesweep_sim_time_scale")
-    return MetricsSample(
-        t=t, running=total("vllm:num_requests_running"),
-        waiting=total("vllm:num_requests_waiting"),
-        kv_usage=total("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-        preemptions_total=total("vllm:num_preemptions_total", "vllm:num_preemptions"),
-        block_size=block_size, num_blocks=num_blocks, time_scale=scale,
-        prefix_queries_total=total("vllm:prefix_cache_queries_total",
-                                   "vllm:gpu_prefix_cache_queries_total"),
-        prefix_hits_total=total("vllm:prefix_cache_hits_total",
-                                "vllm:gpu_prefix_cache_hits_total"))
+    """Normalise vLLM's Prometheus names (``VLLM_METRIC_NAMES``)."""
+    return read_sample(text, t, ClientProfile(names=VLLM_METRIC_NAMES,
+                                              labels=VLLM_METRIC_LABELS))

@@ -7,11 +7,9 @@ import io
 
 import ray
 
-from actors.contracts.config import Workload
+from actors.contracts.loadspec import LoadSpec
 from actors.contracts.results import LevelResult
-from actors.contracts.slo import SLO
-from actors.contracts.traffic import Level, RequestPlan
-from actors.engines import get_adapter
+from actors.contracts.traffic import Level
 from actors.loadgen.aggregate import request_itls
 from actors.loadgen.level import LevelRunner
 from actors.loadgen.prompts import PromptFactory, load_tokenizer, usable_token_ids
@@ -66,7 +64,7 @@ def records_csv(rows: list[tuple[int, RequestRecord]], t0: float) -> str:
 
 
 class LoadGeneratorCore:
-    """Runs every concurrency level of a workload against ``base_url``.
+    """Runs every level of a workload against the server a ``LoadSpec`` names.
 
     ``run`` returns one ``LevelResult`` per level and keeps
     the per-request records for ``records_csv``. A level whose requests could
@@ -74,26 +72,18 @@ class LoadGeneratorCore:
     with the same reason instead of hammering a dead server.
     """
 
-    def __init__(self, engine: str, base_url: str, model_name: str, workload: dict,
-                 vocab_size: int, tokenizer_dir: str | None = None, time_scale: float = 1.0,
-                 api_key: str | None = None, transport: str | None = None,
-                 shards: int | None = None, slo: dict | None = None,
-                 plan: RequestPlan | None = None):
-        self.workload = Workload.model_validate(workload)
-        adapter = get_adapter(engine)
-        ids = usable_token_ids(vocab_size, tokenizer_dir)
-        tokenizer = load_tokenizer(tokenizer_dir)  # sizes chat text; counts streamed text
-        prompts = PromptFactory(ids, self.workload.prompt_tokens,
-                                self.workload.shared_prefix_tokens, seed=self.workload.seed,
-                                tokenizer=tokenizer if self.workload.api == "chat" else None)
-        self.runner = LevelRunner(base_url, model_name, self.workload, prompts,
-                                  parse_metrics=adapter.parse_metrics,
-                                  metrics_path=adapter.metrics_path, time_scale=time_scale,
-                                  api_key=api_key, per_chunk_usage=adapter.per_chunk_usage,
-                                  transport=transport or self.workload.client_transport,
-                                  shards=shards or self.workload.client_shards,
-                                  token_ids=adapter.token_ids, tokenizer=tokenizer,
-                                  slo=SLO.model_validate(slo) if slo else None, plan=plan)
+    def __init__(self, spec: LoadSpec):
+        self.spec = spec
+        self.workload = w = spec.workload
+        ids = usable_token_ids(spec.vocab_size, spec.tokenizer_dir)
+        tokenizer = load_tokenizer(spec.tokenizer_dir)  # sizes chat text; counts streamed text
+        prompts = PromptFactory(ids, w.prompt_tokens, w.shared_prefix_tokens, seed=w.seed,
+                                tokenizer=tokenizer if w.api == "chat" else None)
+        self.runner = LevelRunner(spec.base_url, spec.model, w, prompts, client=spec.client,
+                                  time_scale=spec.time_scale, api_key=spec.api_key,
+                                  transport=spec.transport or w.client_transport,
+                                  shards=spec.shards or w.client_shards, tokenizer=tokenizer,
+                                  slo=spec.slo, plan=spec.plan)
         self._rows: list[tuple[int, RequestRecord]] = []
         self._t0: float | None = None
 

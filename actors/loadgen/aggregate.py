@@ -23,6 +23,7 @@ from __future__ import annotations
 from operator import sub
 
 from actors.contracts.config import Workload
+from actors.contracts.metrics import MetricsSample
 from actors.contracts.results import (
     ClientHealth,
     LevelMetrics,
@@ -34,7 +35,6 @@ from actors.contracts.results import (
 from actors.contracts.slo import SLO
 from actors.contracts.states import LevelFlag, LevelStatus
 from actors.contracts.traffic import Level, LevelKind
-from actors.engines.base import MetricsSample
 from actors.loadgen.proof import Judgement, Verdict, judge, prove
 from actors.loadgen.records import RequestRecord
 from actors.loadgen.stats import median, percentile, percentiles, spread

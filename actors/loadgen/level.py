@@ -26,11 +26,11 @@ from typing import Any
 import aiohttp
 
 from actors.contracts.config import Workload
+from actors.contracts.metrics import ClientProfile, MetricsFormat, MetricsSample, read_sample
 from actors.contracts.results import ClientHealth, LevelResult
 from actors.contracts.slo import SLO
 from actors.contracts.states import LevelStatus
 from actors.contracts.traffic import Level, LevelKind, RequestPlan, arrival_offsets
-from actors.engines.base import MetricsSample
 from actors.loadgen.aggregate import (
     CHAT_TEMPLATE_MAX_OVERHEAD,
     CPU_LIMIT,
@@ -56,20 +56,19 @@ TRANSPORTS = ("lean", "aiohttp")
 
 
 class LevelRunner:
-    """Runs levels against one server. ``parse_metrics`` is the engine adapter's parser;
-    ``transport`` picks the HTTP client, ``shards`` the processes a level is spread over,
-    ``coalesce_s`` the lean transport's read coalescing when busy (0: none), ``pass_size``
-    the most sockets it reads in one loop callback (smaller: shorter loop turns, more CPU).
-    ``token_ids`` asks the server for each chunk's token ids; ``tokenizer`` (the model's
+    """Runs levels against one server. ``client`` is its engine's profile (metrics path and
+    names, per-chunk usage, whether to ask for each chunk's token ids;
+    ``actors.contracts.metrics``; None: no metrics read); ``transport`` picks the HTTP
+    client, ``shards`` the processes a level is spread over, ``coalesce_s`` the lean
+    transport's read coalescing when busy (0: none), ``pass_size`` the most sockets it reads
+    in one loop callback (smaller: shorter loop turns, more CPU). ``tokenizer`` (the model's
     ``tokenizers.Tokenizer``) counts the streamed text for the count proof. An ``https://``
     server is measured with the aiohttp transport (the lean one speaks plain HTTP)."""
 
     def __init__(self, base_url: str, model: str, workload: Workload, prompts: PromptFactory,
-                 parse_metrics: Callable[[str, float], MetricsSample] | None = None,
-                 metrics_path: str = "/metrics", time_scale: float = 1.0,
-                 api_key: str | None = None, per_chunk_usage: bool = True,
-                 transport: str = "lean", shards: int = 1, coalesce_s: float = 0.001,
-                 pass_size: int = PASS_SIZE, token_ids: bool = True,
+                 client: ClientProfile | None = None, time_scale: float = 1.0,
+                 api_key: str | None = None, transport: str = "lean", shards: int = 1,
+                 coalesce_s: float = 0.001, pass_size: int = PASS_SIZE,
                  tokenizer: Any | None = None, slo: SLO | None = None,
                  plan: RequestPlan | None = None):
         if transport not in TRANSPORTS:
@@ -80,19 +79,22 @@ class LevelRunner:
             raise ValueError("shards must be at least 1")
         if pass_size < 1:
             raise ValueError("pass_size must be at least 1")
+        client = client if client is not None else ClientProfile(
+            metrics_format=MetricsFormat.NONE)
         self._init = dict(base_url=base_url, model=model, workload=workload, prompts=prompts,
-                          time_scale=time_scale, api_key=api_key,
-                          per_chunk_usage=per_chunk_usage, transport=transport,
-                          coalesce_s=coalesce_s, pass_size=pass_size, token_ids=token_ids,
+                          client=client, time_scale=time_scale, api_key=api_key,
+                          transport=transport, coalesce_s=coalesce_s, pass_size=pass_size,
                           tokenizer=tokenizer, plan=plan)
         self.transport, self.shards, self.coalesce_s = transport, shards, coalesce_s
         self.pass_size = pass_size
         self.base_url = base_url.rstrip("/")
         self.model, self.workload, self.prompts = model, workload, prompts
-        self.parse_metrics, self.metrics_path = parse_metrics, metrics_path
+        self.client = client
+        self.metrics_path = client.metrics_path
         self.time_scale = time_scale
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.per_chunk_usage, self.token_ids, self.tokenizer = per_chunk_usage, token_ids, tokenizer
+        self.per_chunk_usage, self.token_ids = client.per_chunk_usage, client.token_ids
+        self.tokenizer = tokenizer
         self.path = "/v1/chat/completions" if workload.api == "chat" else "/v1/completions"
         self.url = self.base_url + self.path
         self.last_records: list[RequestRecord] = []
@@ -342,13 +344,13 @@ class LevelRunner:
 
     async def _sample_once(self, session: aiohttp.ClientSession,
                            samples: list[MetricsSample]) -> None:
-        if self.parse_metrics is None:
+        if self.client.metrics_format is MetricsFormat.NONE:
             return
         try:
             async with session.get(self.base_url + self.metrics_path,
                                    headers=self.headers) as resp:
                 text = await resp.text()
-            samples.append(self.parse_metrics(text, time.perf_counter()))
+            samples.append(read_sample(text, time.perf_counter(), self.client))
         except (TimeoutError, aiohttp.ClientError):
             pass
 

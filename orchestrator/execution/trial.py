@@ -25,6 +25,7 @@ from ray.exceptions import GetTimeoutError, RayError
 
 from actors.contracts.applied import AppliedConfig
 from actors.contracts.diskspace import disk_error
+from actors.contracts.loadspec import LoadSpec
 from actors.contracts.messages import LaunchInfo, Observation, Readiness, StopResult
 from actors.contracts.results import Capacity, LevelResult, SloCapacity, TrialResult
 from actors.contracts.shapes import ModelShape
@@ -188,11 +189,11 @@ class TrialExecution:
         w = self.spec.workload
         vocab = self.shape.vocab if self.shape else 32000
         api_key = self.cluster.get(self.cluster.call(self.host, "api_key_for_client"))
-        self.lg = self.cluster.start_loadgen(
-            self.pg, self.cfg.engine, ready.base_url, self.spec.model.served_name or
-            self._served_name(), w.model_dump(mode="json"), vocab,
-            self.spec.model.tokenizer or self.spec.model.path, self.time_scale, api_key,
-            None, None, self.spec.slo.model_dump(mode="json"), self.plan)
+        self.lg = self.cluster.start_loadgen(self.pg, LoadSpec(
+            base_url=ready.base_url, model=self.spec.model.served_name or self._served_name(),
+            workload=w, plan=self.plan, client=self.adapter.client_profile(),
+            vocab_size=vocab, tokenizer_dir=self.spec.model.tokenizer or self.spec.model.path,
+            time_scale=self.time_scale, api_key=api_key, slo=self.spec.slo))
         return self._next_level()
 
     def _served_name(self) -> str:

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.loadgen.actor import LoadGeneratorCore
-from tests.integration.test_loadgen_sim import sim_server, workload
+from tests.integration.test_loadgen_sim import sim_load, sim_server, workload
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,9 +23,7 @@ async def _hog(busy_s: float) -> None:
 
 
 def _level(url: str, hog_s: float | None, output_tokens: int = 16) -> dict:
-    core = LoadGeneratorCore("sim", url, "sim-model",
-                             workload(rounds=2, output_tokens=output_tokens), 32000, None, 0.1,
-                             None)
+    core = sim_load(url, workload(rounds=2, output_tokens=output_tokens))
 
     async def run() -> dict:
         hog = asyncio.create_task(_hog(hog_s)) if hog_s else None

@@ -12,12 +12,16 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import aiohttp
 import pytest
 
+from actors.contracts.config import Workload
+from actors.contracts.loadspec import LoadSpec
 from actors.contracts.shapes import load_shape
+from actors.engines import get_adapter
 from actors.loadgen import fastread
 from actors.loadgen.actor import CSV_FIELDS, LoadGeneratorCore
 from actors.sim.config import SimServerConfig, parse_fault
@@ -62,6 +66,16 @@ def sim_server(tmp: Path, time_scale: float = 0.1, fault: str | None = None,
             proc.wait()
 
 
+def sim_load(url: str, w: dict | Workload, time_scale: float = 0.1, **kw: Any
+             ) -> LoadGeneratorCore:
+    """A load generator for the sim at ``url``: one ``LoadSpec`` with the sim's own client
+    profile (as the driver hands it over); ``kw``: more ``LoadSpec`` fields."""
+    wl = w if isinstance(w, Workload) else Workload.model_validate(w)
+    return LoadGeneratorCore(LoadSpec(base_url=url, model="sim-model", workload=wl,
+                                      client=get_adapter("sim").client_profile(),
+                                      time_scale=time_scale, **kw))
+
+
 def workload(**kw) -> dict:
     w = dict(prompt_tokens=32, output_tokens=16, concurrency=[4], rounds=2,
              requests_per_round=8, warmup_requests=2, stall_timeout_s=5, level_timeout_s=30)
@@ -75,8 +89,8 @@ def run_level(url: str, w: dict, c: int = 4, time_scale: float = 0.1,
     """``transport`` "lean-python": the lean transport with its pure-Python read pass (as
     where no C compiler is found)."""
     python_reads = transport == "lean-python"
-    core = LoadGeneratorCore("sim", url, "sim-model", w, 32000, tokenizer_dir, time_scale, None,
-                             transport="lean" if python_reads else transport, shards=shards)
+    core = sim_load(url, w, time_scale, tokenizer_dir=tokenizer_dir,
+                    transport="lean" if python_reads else transport, shards=shards)
     with mock.patch.object(fastread, "reader", lambda *a: None) if python_reads \
             else contextlib.nullcontext():
         return asyncio.run(core.run_level(c, 0)).model_dump(mode="json"), core
@@ -164,7 +178,7 @@ def test_lean_transport_reading_one_socket_per_callback_is_just_as_exact(healthy
 
 
 def test_prompts_are_distinct_token_ids_of_exact_length(healthy: str):
-    core = LoadGeneratorCore("sim", healthy, "sim-model", workload(), 32000, None, 0.1, None)
+    core = sim_load(healthy, workload())
     bodies = [core.runner._body(i, 7) for i in range(50)]
     prompts = [tuple(b["prompt"]) for b in bodies]
     assert all(len(p) == 32 for p in prompts) and len(set(p[:4] for p in prompts)) == 50
@@ -295,16 +309,14 @@ def test_goodput_is_counted_request_by_request_against_the_slo(healthy):
     """With an SLO the level counts the output tokens of the requests that met every limit on
     their own; the per-request CSV shows the same requests' TTFTs."""
     loose = {"ttft_p99_ms": 60_000.0, "e2e_p99_ms": 600_000.0}
-    core = LoadGeneratorCore("sim", healthy, "sim-model", workload(), 32000, None, 0.1, None,
-                             slo=loose)
+    core = sim_load(healthy, workload(), slo=loose)
     m = asyncio.run(core.run_level(4, 0)).metrics
     assert m is not None and m.slo_met == 1.0
     assert m.goodput_tok_s == pytest.approx(m.output_tok_s)
     # a TTFT limit between the fastest and the slowest request: only the fast ones count
     ttfts = sorted(float(r["ttft_ms"]) / 0.1 for r in csv_rows(core) if int(r["round"]) >= 0)
     limit = ttfts[len(ttfts) // 2]
-    core = LoadGeneratorCore("sim", healthy, "sim-model", workload(), 32000, None, 0.1, None,
-                             slo={"ttft_p99_ms": limit})
+    core = sim_load(healthy, workload(), slo={"ttft_p99_ms": limit})
     m = asyncio.run(core.run_level(4, 0)).metrics
     assert m is not None and m.slo_met is not None and m.goodput_tok_s is not None
     rows = [r for r in csv_rows(core) if int(r["round"]) >= 0]

@@ -17,10 +17,10 @@ import pytest
 from actors.contracts.config import SimOptions, TrialConfig
 from actors.contracts.results import LevelResult, TrialResult
 from actors.contracts.states import LevelFlag, TrialStatus
-from actors.loadgen.actor import LoadGeneratorCore
 from orchestrator.execution.verdicts import flag_sim_pace
 from orchestrator.results.analysis import winners
 from orchestrator.spec import SLO
+from tests.integration.test_loadgen_sim import sim_load
 from tests.simserver import sim_config, sim_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -36,7 +36,7 @@ def _workload(**kw) -> dict:
 
 
 def _level(url: str, w: dict, c: int, scale: float) -> LevelResult:
-    core = LoadGeneratorCore("sim", url, "sim-model", w, 32000, None, scale, None)
+    core = sim_load(url, w, scale)
     return asyncio.run(core.run_level(c, 0))
 
 

@@ -13,12 +13,11 @@ from actors.contracts.hardware import get_hardware
 from actors.contracts.shapes import load_shape
 from actors.contracts.slo import SLO
 from actors.contracts.traffic import CapacitySpec, Level, LevelKind, arrival_offsets
-from actors.loadgen.actor import LoadGeneratorCore
 from actors.sim.perf import SimConfig
 from actors.sim.predict import build_engine
 from actors.sim.replay import SimRequest, simulate_requests
 from orchestrator.planning.slo_capacity import CapacitySearch
-from tests.integration.test_loadgen_sim import sim_server
+from tests.integration.test_loadgen_sim import sim_load, sim_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -66,8 +65,7 @@ def offline_knee() -> float:
 
 
 def test_the_search_finds_the_knee_the_model_core_computes_offline(sim: str):
-    core = LoadGeneratorCore("sim", sim, "sim-model", WORK.model_dump(mode="json"), 32000,
-                             None, SCALE, None, slo=SLO_LIMITS.model_dump())
+    core = sim_load(sim, WORK, SCALE, slo=SLO_LIMITS)
     search = CapacitySearch(CAP)
     levels = []
     while (lv := search.level()) is not None:

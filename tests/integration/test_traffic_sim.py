@@ -14,9 +14,8 @@ import pytest
 
 from actors.contracts.config import Workload
 from actors.contracts.traffic import FileSource, SyntheticSource
-from actors.loadgen.actor import LoadGeneratorCore
 from orchestrator.spec.traffic_plan import build_plan
-from tests.integration.test_loadgen_sim import sim_server
+from tests.integration.test_loadgen_sim import sim_load, sim_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -30,8 +29,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def measure(url: str, w: Workload, level: str, tmp: Path | None = None
             ) -> tuple[dict, list[dict[str, str]]]:
     plan = build_plan(w, tmp)
-    core = LoadGeneratorCore("sim", url, "sim-model", w.model_dump(mode="json"), 32000,
-                             None, 1.0, None, plan=plan)
+    core = sim_load(url, w, 1.0, plan=plan)
     res = asyncio.run(core.run_level(level, 0)).model_dump(mode="json")
     return res, list(csv.DictReader(io.StringIO(core.records_csv())))
 

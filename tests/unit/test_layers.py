@@ -2,7 +2,8 @@
 
 Every import counts: module level, inside functions and under ``TYPE_CHECKING``. Rules:
 no cycle anywhere (inside packages too); ``actors.contracts`` imports nothing else of the
-project; ``actors`` never imports ``orchestrator``; inside ``orchestrator`` a layer
+project; ``actors`` never imports ``orchestrator``; ``actors.loadgen`` never imports
+``actors.engines``; inside ``orchestrator`` a layer
 imports only layers below it: commands -> execution -> results -> planning -> spec ->
 errors. ``make lint`` runs this file.
 """
@@ -133,6 +134,14 @@ def test_contracts_import_nothing_else_of_the_project(graph):
 def test_actors_never_import_the_orchestrator(graph):
     bad = {m: sorted(t for t in ts if _within(t, "orchestrator"))
            for m, ts in graph.items() if _within(m, "actors")}
+    assert {m: ts for m, ts in bad.items() if ts} == {}
+
+
+def test_the_load_generator_knows_no_engine(graph):
+    """The load generator is handed a ``LoadSpec`` (its engine's ``ClientProfile`` as data):
+    it never imports an engine adapter."""
+    bad = {m: sorted(t for t in ts if _within(t, "actors.engines"))
+           for m, ts in graph.items() if _within(m, "actors.loadgen")}
     assert {m: ts for m, ts in bad.items() if ts} == {}
 
 
