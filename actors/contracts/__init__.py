@@ -9,6 +9,12 @@ the project (checked by tests/unit/test_layers.py).
 - ``applied``: ``AppliedConfig``, what a server reports it runs with (common fields in
   one vocabulary, engine-specific ``facts``), read by its adapter.
 - ``slo``: ``SLO``, the latency limits (a level's p99s; each request's, for goodput).
+- ``traffic``: the user's traffic: request sources (synthetic lengths, request files),
+  the request list every config gets (``RequestPlan``), a level's identity (``Level``:
+  ``c=8``, ``rate=4/s``, ``trace x2``), seeded send schedules, ``CapacitySpec``.
+- ``metrics``: ``MetricsSample``, an engine's ``ClientProfile`` (metrics names as data) and
+  the one parser of metrics endpoints (``read_sample``).
+- ``loadspec``: ``LoadSpec``, everything the driver hands the load generator.
 - ``kv``: ``KvPool``, the KV cache pool a server's log states (``EngineAdapter.kv_pool``).
 - ``reaping``: ``ReapTarget`` (an engine launch to stop on its node) and ``NodeReap``
   (what a node's reaper stopped).
