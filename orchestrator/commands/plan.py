@@ -4,6 +4,7 @@ their reasons, and with ``--predict`` the performance model's numbers; starts no
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.commands.output import document
@@ -21,6 +22,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--predict", action="store_true",
                    help="add the performance model's predictions and the sweep's duration")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--export-requests", metavar="FILE",
+                   help="write the request list as JSONL {prompt, output_tokens} (what "
+                        "vllm bench serve's custom dataset and guidellm read)")
     p.set_defaults(func=cmd_plan)
     return p
 
@@ -57,6 +61,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.spec import load_spec
 
     spec = load_spec(args.spec)
+    if getattr(args, "export_requests", None):
+        from pathlib import Path
+
+        from orchestrator.errors import UsageError
+        from orchestrator.spec.traffic_plan import export_requests
+
+        plan = spec.request_plan()
+        if plan is None:
+            raise UsageError("--export-requests: the spec has no workload.requests (the fixed "
+                             "shape needs no file)")
+        n = export_requests(plan, Path(args.export_requests))
+        print(f"wrote {n} requests to {args.export_requests}", file=sys.stderr)
     planned = plan_sweep(spec)
     feasible = [p for p in planned if p.feasible]
     preds: dict[str, TrialPrediction] = {}

@@ -34,7 +34,7 @@ from orchestrator.errors import SpecError
 from orchestrator.spec.traffic_files import read_requests
 
 __all__ = ["request_file", "build_plan", "fill_lengths", "workload_fingerprint",
-           "mix_summary", "text_counter", "REQUESTS_DIR", "file_sha256"]
+           "mix_summary", "text_counter", "REQUESTS_DIR", "file_sha256", "export_requests"]
 
 REQUESTS_DIR = "requests"  # a sweep folder's copy of its request file
 
@@ -158,6 +158,20 @@ def workload_fingerprint(w: Workload, plan: RequestPlan | None) -> str:
     fields["plan"] = plan.fingerprint if plan else None
     blob = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def export_requests(plan: RequestPlan, path: Path) -> int:
+    """Write ``plan`` as the JSONL peers read (``vllm bench serve``'s custom dataset,
+    guidellm's JSON file): ``{"prompt": text, "output_tokens": n}`` per request, in order.
+    Text segments are written as they are; a token segment as one word per token (``t<k>``:
+    exact for the sim and word-level tokenizers, not for a model's BPE). Returns the count."""
+    with path.open("w") as f:
+        for i, r in enumerate(plan.requests):
+            parts = [s.text if s.text is not None else
+                     " ".join(f"t{i}x{j}" for j in range(s.tokens)) for s in r.segments]
+            f.write(json.dumps({"prompt": "\n\n".join(parts),
+                                "output_tokens": r.output_tokens}) + "\n")
+    return len(plan.requests)
 
 
 def _pcts(xs: list[int]) -> dict[str, int]:

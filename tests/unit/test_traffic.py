@@ -269,3 +269,25 @@ def test_each_request_is_judged_against_its_own_target():
                          proof=StreamProof(token_ids=7, chunk_usage=7, final_usage=7,
                                            chunks=7))
     assert judge_request(w, text).verdict is Verdict.VERIFIED  # its length: the server's
+
+
+def test_the_exported_request_file_is_what_peers_read_and_reads_back(tmp_path: Path):
+    """``plan --export-requests``: JSONL {prompt, output_tokens}, the same lengths in the
+    same order (token segments as one word per token: what the sim counts)."""
+    from orchestrator.spec.traffic_plan import export_requests
+
+    src = {"kind": "synthetic", "count": 6, "seed": 2, "prompt": {"kind": "uniform",
+                                                                  "min": 5, "max": 40},
+           "output": {"kind": "uniform", "min": 1, "max": 9}, "prefix_groups": 2,
+           "prefix_tokens": 4}
+    spec = parse_spec(spec_data(src))
+    plan = spec.request_plan()
+    assert plan is not None
+    out = tmp_path / "r.jsonl"
+    assert export_requests(plan, out) == 6
+    back, _ = read_requests(out, FileSource(kind="file", path=str(out), format="prompts"),
+                            words)
+    assert [r.output_tokens for r in back] == [r.output_tokens for r in plan.requests]
+    assert [r.prompt_tokens for r in back] == [r.prompt_tokens for r in plan.requests]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert set(rows[0]) == {"prompt", "output_tokens"}
