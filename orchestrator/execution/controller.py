@@ -75,13 +75,13 @@ def connect_ray(spec: SweepSpec) -> None:
         ray.init(**kwargs)
 
 
-#: Ray's logger of token authentication, and the one line of it the README says instead
+#: Ray's logger of token authentication, and the one line of it docs/security.md says instead
 _RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 _AUTH_ENABLED = "Token authentication is enabled for this Ray cluster"
 
 
 def _said_in_readme(record: logging.LogRecord) -> bool:
-    """A logging filter: drop Ray's "token authentication is enabled" line (README
+    """A logging filter: drop Ray's "token authentication is enabled" line (docs/security.md
     "Security" says it once; on every run it was noise); keep everything else it says."""
     return _AUTH_ENABLED not in record.getMessage()
 

@@ -71,8 +71,9 @@ def test_rays_token_auth_line_is_left_to_the_readme_and_its_other_warnings_kept(
         "to opt out."))
     assert _said_in_readme(record("Token authentication is disabled: anyone on the network "
                                   "can run code"))
-    readme = (__import__("tests.conftest", fromlist=["ROOT"]).ROOT / "README.md").read_text()
-    assert "Token authentication is enabled for\n  this Ray cluster" in readme
+    security = (__import__("tests.conftest", fromlist=["ROOT"]).ROOT / "docs" /
+                "security.md").read_text()
+    assert "Token authentication is enabled for\n  this Ray cluster" in security
 
 
 def test_the_run_header_under_a_budget_states_the_candidates_and_the_budget():
