@@ -57,6 +57,34 @@ class LevelFlag(enum.StrEnum):
     #: read back only: results written before 2026-11-30 (chunk counts reconciled to usage)
     USAGE_RECONCILED = "usage_reconciled"
 
+    @property
+    def meaning(self) -> str:
+        """What the flag says, for the report's legend."""
+        return FLAG_MEANINGS[self]
+
+    @property
+    def blocks_winning(self) -> bool:
+        """Whether a level with this flag is kept from winning (``planning.eligibility``;
+        ``unverified`` unless the spec trusts usage; ``held`` levels are invalid)."""
+        return self in (LevelFlag.UNVERIFIED, LevelFlag.SIM_BEHIND, LevelFlag.HELD,
+                        LevelFlag.LATE_SENDS)
+
+
+FLAG_MEANINGS: dict[LevelFlag, str] = {
+    LevelFlag.NOISY: "its rounds differ by more than the workload's noise band",
+    LevelFlag.CLIENT_BOUND: "the load generator's loop lag or CPU says it could not keep up",
+    LevelFlag.QUEUEING_MISMATCH: "what /metrics showed running and waiting disagrees with the "
+                                 "KV capacity prediction",
+    LevelFlag.UNVERIFIED: "some output count rests on the server's usage alone",
+    LevelFlag.ITL_SPREAD: "per-chunk token counts unknown: ITL spread evenly over chunks",
+    LevelFlag.UNPACED: "the sim ran at time scale 0: latencies are not real",
+    LevelFlag.SIM_BEHIND: "the sim could not keep its time scale on this host",
+    LevelFlag.HELD: "the sim's hold mode: nothing was measured",
+    LevelFlag.LATE_SENDS: "open loop: some request went out late, the load was not the "
+                          "schedule's",
+    LevelFlag.USAGE_RECONCILED: "written before 2026-11-30: chunk counts reconciled to usage",
+}
+
 
 class TrialStatus(enum.StrEnum):
     """How a trial ended: every recorded result is final (a trial in flight has none)."""

@@ -58,13 +58,17 @@ def levels_frame(results: list[TrialResult], objective: Objective = Objective.OU
                    "why_not": why}
             for m in _METRICS:
                 row[m] = getattr(lv.metrics, m) if lv.metrics else None
+            toks = [rr.output_tok_s for rr in lv.rounds]
+            row["round_min_tok_s"] = min(toks) if toks else None
+            row["round_max_tok_s"] = max(toks) if toks else None
             row["score"] = (level_objective(lv.metrics, objective, r.config.tp, slo or SLO())
                             if lv.metrics else None)
             rows.append(row)
     cols = ["key", "identity", "config", "label", "engine", "profile", "tp", "trial_status",
             "concurrency", "level", "level_order", "level_kind", "level_value", "workload",
             "level_status", "flags",
-            "running_max", "waiting_max", "preemptions", "why_not", *_METRICS, "score"]
+            "running_max", "waiting_max", "preemptions", "why_not", *_METRICS,
+            "round_min_tok_s", "round_max_tok_s", "score"]
     return pd.DataFrame(rows, columns=cols)
 
 

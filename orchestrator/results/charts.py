@@ -59,6 +59,15 @@ def _log2_axis(ax: Any, levels: list[float], kind: str = "c") -> None:
     ax.set_xlabel(AXIS[kind][1])
 
 
+def legend(ax: Any) -> None:
+    """The legend beside the plot, one label per line: legible at a dozen series and more
+    (inside the axes, labels covered the lines and each other)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  borderaxespad=0.0, frameon=False, ncol=1 if len(labels) <= 22 else 2)
+
+
 def metric_chart(df: pd.DataFrame, metric: str, title: str, name: str,
                  per_gpu: bool = False, kind: str = "c") -> Chart | None:
     """One line per configuration: ``metric`` against the levels of one kind
@@ -70,16 +79,24 @@ def metric_chart(df: pd.DataFrame, metric: str, title: str, name: str,
         return None
     x = "level_value" if "level_value" in df.columns else "concurrency"
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8.5, 4.8))
+    fig, ax = plt.subplots(figsize=(9.5, 4.8))
+    bars = metric == "output_tok_s" and "round_min_tok_s" in df.columns
     for label, g in df.groupby("label"):
         g = g.sort_values(x)
-        y = g[metric] / g["tp"] if per_gpu else g[metric]
-        ax.plot(g[x], y, marker="o", label=label, linewidth=1.2)
+        div = g["tp"] if per_gpu else 1
+        y = g[metric] / div
+        if bars:  # the spread of the level's rounds (its figure is their median)
+            lo = (y - g["round_min_tok_s"].fillna(g[metric]) / div).clip(lower=0)
+            hi = (g["round_max_tok_s"].fillna(g[metric]) / div - y).clip(lower=0)
+            ax.errorbar(g[x], y, yerr=[lo, hi], marker="o", label=label, linewidth=1.2,
+                        capsize=3)
+        else:
+            ax.plot(g[x], y, marker="o", label=label, linewidth=1.2)
     _log2_axis(ax, sorted(float(c) for c in df[x].unique()), kind)
-    ax.set_ylabel(title)
+    ax.set_ylabel(title + (" (bars: the rounds' spread)" if bars else ""))
     ax.set_title(f"{title} by {AXIS[kind][0]}")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    legend(ax)
     fig.tight_layout()
     return Chart(name, f"{title} by {AXIS[kind][0]}", _svg(fig))
 
@@ -94,14 +111,17 @@ def crossover_chart(ws: list[Winner], name: str = "crossover",
     plt = _plt()
     labels = list(dict.fromkeys(w.label or "" for w in ws))
     colours = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(8.5, 1.1))
+    # a cell wide enough for its level's name and its figure at 7 pt (a dozen levels and
+    # more: the strip grows rather than the names overlapping)
+    width = max(8.5, 0.11 * max(len(w.name) for w in ws) * len(ws))
+    fig, ax = plt.subplots(figsize=(width, 1.1))
     for i, w in enumerate(ws):
         k = labels.index(w.label or "")
         ax.barh(0, 1, left=i, color=colours(k % 10), edgecolor="white",
                 hatch="//" if w.within_noise else None)
         ax.text(i + 0.5, 0, f"{(w.output_tok_s or 0):,.0f}", ha="center", va="center",
                 fontsize=7, color="white")
-    ax.set_xticks([i + 0.5 for i in range(len(ws))], [w.name for w in ws])
+    ax.set_xticks([i + 0.5 for i in range(len(ws))], [w.name for w in ws], fontsize=7)
     ax.set_xlabel("level (cell: the winner's output tok/s; hatched: within noise)")
     ax.set_yticks([])
     ax.set_xlim(0, len(ws))
@@ -166,6 +186,6 @@ def capacity_chart(curves: dict[str, list[tuple[float, float, bool]]],
     ax.set_ylabel("goodput (output tok/s meeting the SLO)")
     ax.set_title("Goodput against rate (filled: the SLO share held)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    legend(ax)
     fig.tight_layout()
     return Chart(name, "Goodput against rate", _svg(fig))

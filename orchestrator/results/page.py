@@ -22,6 +22,7 @@ from orchestrator.results.analysis import Winner, levels_frame, winners
 from orchestrator.results.charts import crossover_chart, metric_chart, pareto_chart
 from orchestrator.results.page_blocks import Section, Table
 from orchestrator.results.page_blocks import n_text as _n
+from orchestrator.results.page_levels import REGIME_HEADERS, flags_section, regimes_rows
 from orchestrator.results.page_traffic import capacity_section, traffic_section
 from orchestrator.spec import SweepSpec
 
@@ -129,6 +130,10 @@ def build_sections(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
         best = rf.sort_values("output_tok_s", ascending=False).iloc[0]
         win.add(f"{regime} ({', '.join(map(str, levels))}): {best['label']} "
                         f"({best['output_tok_s']:,.1f} tok/s, geometric mean)")
+    win.add("Every load regime (a regime of several levels: the geometric mean of its "
+            "levels; a config must be valid at all of them):",
+            Table(REGIME_HEADERS, regimes_rows(spec, results)),
+            "Every level:")
     win.add(Table(["level", "winner", "out tok/s", "margin", "noise band", "verdict"],
                   _winner_rows(ws, band)))
     per_gpu = winners(_per_gpu(results), spec.slo, band, w.trust_usage)
@@ -166,7 +171,8 @@ def build_sections(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                     "output_tok_s", ascending=False).iterrows()]))
     sections.append(pareto)
     slo_cap = capacity_section(spec, results)
-    sections += ([slo_cap] if slo_cap else []) + [traffic_section(spec, results),
+    sections += ([slo_cap] if slo_cap else []) + [flags_section(results),
+                                                  traffic_section(spec, results),
                                                   _capacity(results), _verification(results),
                  _failures(results),
                  Section("Unfinished trials", "unfinished",
@@ -189,6 +195,10 @@ def _per_gpu(results: list[TrialResult]) -> list[TrialResult]:
             for lv in r.levels]
         out.append(r.model_copy(update={"levels": levels}))
     return out
+
+
+def on_off(v: bool | None) -> str:
+    return "-" if v is None else ("on" if v else "off")
 
 
 def _capacity(results: list[TrialResult]) -> Section:
@@ -223,11 +233,14 @@ def _verification(results: list[TrialResult]) -> Section:
             verdict = "verified"
         else:
             verdict = "not reached" if r.status is not TrialStatus.OK else "nothing stated"
+        compile_s = a.facts.get("compile_s")
         rows.append([r.config.label(), a.version or "-", _n(a.tp, "d"), a.weights or "-",
-                     a.kv_dtype or "-", "-" if a.cuda_graphs is None else str(a.cuda_graphs),
+                     a.kv_dtype or "-", on_off(a.cuda_graphs),
+                     _n(r.startup_s, ".1f"),
+                     _n(compile_s if isinstance(compile_s, int | float) else None, ".1f"),
                      _n(a.kv_pool_tokens, ",d"), verdict])
-    s.add(Table(["config", "engine version", "tp", "weights", "kv", "graphs",
-                 "KV pool tokens", "verification"], rows))
+    s.add(Table(["config", "engine version", "tp", "weights", "kv", "graphs", "ready s",
+                 "compile s", "KV pool tokens", "verification"], rows))
     return s
 
 
@@ -250,6 +263,10 @@ th{background:#f3f3f3}figure{margin:1em 0}svg{max-width:100%;height:auto}
 nav a{margin-right:1em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em}"""
 
 
+#: tables with more rows than this fold into a <details> on the page
+LONG_TABLE = 15
+
+
 def render_html(title: str, sections: list[Section]) -> str:
     """One file that opens offline: styles inline, charts as inline SVG, no script."""
     e = html.escape
@@ -263,12 +280,16 @@ def render_html(title: str, sections: list[Section]) -> str:
             if isinstance(b, str):
                 out.append(f"<p>{e(b)}</p>")
             elif isinstance(b, Table):
+                long = len(b.rows) > LONG_TABLE  # folded: a summary line says what it holds
+                if long:
+                    out.append(f"<details><summary>{len(b.rows)} rows: "
+                               f"{e(', '.join(b.headers[:3]))}, ...</summary>")
                 out.append('<table class="data"><thead><tr>'
                            + "".join(f"<th>{e(h)}</th>" for h in b.headers)
                            + "</tr></thead><tbody>")
                 out += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
                         for row in b.rows]
-                out.append("</tbody></table>")
+                out.append("</tbody></table>" + ("</details>" if long else ""))
             else:
                 out.append(f'<figure class="chart" data-chart="{e(b.name)}">{b.svg}'
                            f"<figcaption>{e(b.title)}</figcaption></figure>")

@@ -9,6 +9,7 @@ from typing import Any
 from actors.contracts.results import TrialResult
 from actors.contracts.states import LevelFlag, TrialStatus
 from orchestrator.results.analysis import crossovers, winners
+from orchestrator.results.page_levels import REGIME_HEADERS, flag_legend, regimes_rows
 from orchestrator.spec import SweepSpec
 
 __all__ = ["render_text", "report_json", "winners_export", "table_text", "shorten"]
@@ -66,6 +67,20 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                  + (" meeting the SLO" if spec.slo.model_dump(exclude_none=True) else "") + "):")
     parts.append(table_text(["level", "winner", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
                          "ITL p50 ms", "margin to runner-up"], rows))
+    parts.append("\nEvery load regime (its winner by the search's own score):")
+    parts.append(table_text(REGIME_HEADERS, regimes_rows(spec, results)))
+    legend = flag_legend(results)
+    if legend:
+        parts.append("\nLevel flags (the table's notes; a flag marked 'no' keeps a level from "
+                     "winning):")
+        parts += [f"  {x['flag']:<18} {x['levels']:>3} level(s), may win: "
+                  f"{'no ' if x['blocks_winning'] else 'yes'}  {x['meaning']}" for x in legend]
+    parts.append("\nStartup per config (ready: launch to healthy; compile: torch.compile, "
+                 "from the server's log):")
+    parts.append(table_text(["config", "ready s", "compile s"], [
+        [r.config.label(), _n(r.startup_s, ".1f"),
+         _n(c if isinstance(c := r.applied.facts.get("compile_s"), int | float) else None,
+            ".1f")] for r in results if r.status.has_measurements()]))
     xs = crossovers(ws)
     if xs:
         parts.append("\nCrossover(s):")
@@ -121,11 +136,16 @@ def report_json(spec: SweepSpec, results: list[TrialResult], sweep_id: str) -> d
         "trials": [{"key": r.key, "label": r.config.label(), "status": r.status.value,
                     "reason": r.reason, "message": r.message,
                     "config": r.config.model_dump(mode="json"),
-                    "startup_s": r.startup_s, "time_scale": r.time_scale,
+                    "startup_s": r.startup_s,
+                    "compile_s": r.applied.facts.get("compile_s"), "time_scale": r.time_scale,
                     "capacity": r.capacity.model_dump() if r.capacity else None,
-                    "levels": [lv.model_dump(mode="json") for lv in r.levels]}
+                    "levels": [dict(lv.model_dump(mode="json"), key=lv.key)
+                               for lv in r.levels]}
                    for r in results],
         "winners": [asdict(w) for w in ws],
+        "regimes": [dict(zip(REGIME_HEADERS, row, strict=True))
+                    for row in regimes_rows(spec, results)],
+        "flags": flag_legend(results),
         "crossovers": [asdict(c) for c in crossovers(ws)],
     }
 
