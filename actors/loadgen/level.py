@@ -50,6 +50,9 @@ from actors.loadgen.stats import percentile
 __all__ = ["LevelRunner", "shard_main", "aggregate_level", "CHAT_TEMPLATE_MAX_OVERHEAD",
            "LAG_LIMIT_MS", "CPU_LIMIT", "TRANSPORTS"]
 
+#: connections an open-loop level opens before its first round
+OPEN_LOOP_CONNECTIONS = 16
+
 #: Client transports: ``lean`` (``pool``, ``http1``: raw sockets read from one epoll set, the
 #: faster) and ``aiohttp``.
 TRANSPORTS = ("lean", "aiohttp")
@@ -302,7 +305,12 @@ class LevelRunner:
                 cpu0, t0 = cpu_seconds(), time.perf_counter()
                 kept0 = 0
                 try:
-                    warm = await self._open_connections(session, min(c, n), level, shard)
+                    # open loop: a few connections ahead (the pool opens more as sends need
+                    # them); a wave as wide as the cap queued hundreds of one-token requests
+                    # in vLLM before each level (seen on the H200: 239 waiting)
+                    opening = min(c, n) if lv is None or lv.kind is LevelKind.CONCURRENCY \
+                        else min(c, n, OPEN_LOOP_CONNECTIONS)
+                    warm = await self._open_connections(session, opening, level, shard)
                     if w.warmup_requests:
                         await self._issue(session, c,
                                           list(range(shard, w.warmup_requests, shards)), -1,

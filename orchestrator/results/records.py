@@ -147,6 +147,9 @@ def trial_record(result: TrialResult, sweep_id: str, trial_dir: Path | None,
                         (f"{curve}client_reads_kept", float(lv.client.reads_kept), step)]
     if result.startup_s is not None:
         metrics.append(("startup_s", result.startup_s, 0))
+    compile_s = result.applied.facts.get("compile_s")  # torch.compile, from the server's log
+    if isinstance(compile_s, int | float) and not isinstance(compile_s, bool):
+        metrics.append(("compile_s", float(compile_s), 0))
     artifacts: list[Path] = []
     if trial_dir is not None and trial_dir.is_dir() \
             and result.status is not TrialStatus.INFEASIBLE:

@@ -98,8 +98,30 @@ def test_every_real_level_reports_the_median_of_its_rounds_not_the_best(h200_hom
     # the 2026-11-29 sweeps, the long-prompt one, the 128-token and 2048-token of 12-01
     # early (d, e), then those of 12-01 evening (f: 128 tokens, g: 2048 tokens), then the
     # 1B-like and 3B-like shapes of 12-03 (h, i: 1024 + 512 tokens) and the 1B follow-up (j)
-    assert len(levels) == 24 + 15 + 15 + 10 + 10 + 10 + 15 + 15 + 8
-    for lv in levels:
+    # and the user's traffic of 12-03 (k, l: three Poisson rates each, one round a level)
+    assert len(levels) == 24 + 15 + 15 + 10 + 10 + 10 + 15 + 15 + 8 + 6 + 6
+    closed = [lv for lv in levels if lv.open_loop is None]
+    assert len(closed) == 122
+    for lv in closed:
         tputs = [rr.output_tok_s for rr in lv.rounds]
         assert len(tputs) == 2 and lv.metrics.output_tok_s == pytest.approx(median(tputs))
         assert lv.metrics.output_tok_s < max(tputs)
+    for lv in levels:  # open loop: held its schedule, measured over its steady window
+        if lv.open_loop is not None:
+            ol = lv.open_loop
+            assert lv.key.startswith("rate=") and ol.late_sends == 0
+            assert ol.achieved_rps == pytest.approx(ol.scheduled_rps, rel=0.01)
+            assert ol.window_kept > 0 and len(lv.rounds) == 1
+
+
+def test_mlflow_gets_each_trials_ready_and_compile_seconds(h200_home):
+    """Startup per config is a figure in MLflow, as on the page: ready (launch to healthy)
+    and torch.compile's seconds from vLLM's own log."""
+    from orchestrator.results.records import trial_record
+
+    sweep = next(d.name for d in SWEEPS.iterdir() if d.name.startswith("h200-vllm-h-"))
+    for r in Ledger.open(sweep).results().values():
+        metrics = {name: value for name, value, _ in
+                   trial_record(r, sweep, None, 0.0).metrics}
+        assert metrics["startup_s"] == pytest.approx(r.startup_s)
+        assert metrics["compile_s"] == r.applied.facts["compile_s"] > 0
