@@ -57,6 +57,10 @@ def test_optuna_respects_budget_prunes_infeasible_and_resumes(tmp_path):
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert {t.user_attrs["key"] for t in complete} == {p.config.key() for p in asked}
     assert abs(study.best_value - max(100.0 * p.config.tp for p in asked)) < 1e-6
+    # the SLO as a constraint where Optuna's samplers and dashboards read it: Optuna 5's
+    # ``constraints:slo`` system attr and the ``constraints`` list (<= 0: feasible)
+    for t in complete:
+        assert t.system_attrs["constraints:slo"] == t.user_attrs["constraints"][0] <= 0
     # a resumed search (same storage) does not repeat finished trials
     done = {p.config.key(): _result(p, 1.0) for p in asked}
     spec6 = spec.model_copy(update={"search": spec.search.model_copy(
