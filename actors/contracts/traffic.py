@@ -111,7 +111,8 @@ class SyntheticSource(_F):
     def _prefix_fits(self) -> SyntheticSource:
         if bool(self.prefix_groups) != bool(self.prefix_tokens):
             raise ValueError("give prefix_groups and prefix_tokens together")
-        shortest = self.prompt.value if self.prompt.kind == "fixed" else (self.prompt.min or 1)
+        shortest = (self.prompt.value or 1) if self.prompt.kind == "fixed" else \
+            (self.prompt.min or 1)
         if self.prefix_tokens and self.prefix_tokens >= shortest:
             raise ValueError(f"prefix_tokens ({self.prefix_tokens}) must be below the shortest "
                              f"prompt ({shortest}): raise prompt.min")

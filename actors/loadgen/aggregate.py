@@ -149,7 +149,7 @@ def aggregate_level(concurrency: int, w: Workload, records: list[RequestRecord],
             reason += f" (first: {first_err[:160]})"
     good = _slo_met(records, counted, slo, ms)
     goodput: list[float] = []
-    round_results = []
+    round_results: list[RoundResult] = []
     open_loop = None
     if level is not None and level.kind is not LevelKind.CONCURRENCY:
         round_results, goodput, kept, open_loop = _open_rounds(
@@ -205,7 +205,12 @@ def _open_rounds(w: Workload, records: list[RequestRecord], rounds: list[tuple[i
                  counted: dict[int, int], good: set[int], scale: float, offered: float
                  ) -> tuple[list[RoundResult], list[float], set[int], OpenLoop]:
     """An open-loop level's rounds over their steady windows (``OpenLoop``'s rule)."""
-    out, goodput, kept, achieved, lags, scheduled = [], [], set(), [], [], []
+    out: list[RoundResult] = []
+    goodput: list[float] = []
+    kept: set[int] = set()
+    achieved: list[float] = []
+    lags: list[float] = []
+    scheduled: list[float] = []
     late_s = w.late_send_ms / 1e3 * scale
     left_out = late = 0
     for rnd, _wall in rounds:

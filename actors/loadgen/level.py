@@ -223,13 +223,13 @@ class LevelRunner:
             async with sem:
                 await one(i)
         tasks = []
-        due = time.perf_counter()
+        at = time.perf_counter()
         for i in indices:
             tasks.append(asyncio.ensure_future(paced(i)))
             # rate is in engine time: real inter-arrival = time_scale / rate on average;
             # arrivals follow an absolute schedule, so loop delays do not lower the rate
-            due += rng.expovariate(rate / self.time_scale) if self.time_scale else 0.0
-            await asyncio.sleep(max(due - time.perf_counter(), 0.0))
+            at += rng.expovariate(rate / self.time_scale) if self.time_scale else 0.0
+            await asyncio.sleep(max(at - time.perf_counter(), 0.0))
         await asyncio.gather(*tasks)
 
     @staticmethod

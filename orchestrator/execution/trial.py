@@ -190,7 +190,7 @@ class TrialExecution:
         vocab = self.shape.vocab if self.shape else 32000
         api_key = self.cluster.get(self.cluster.call(self.host, "api_key_for_client"))
         self.lg = self.cluster.start_loadgen(self.pg, LoadSpec(
-            base_url=ready.base_url, model=self.spec.model.served_name or self._served_name(),
+            base_url=ready.base_url or "", model=self.spec.model.served_name or self._served_name(),
             workload=w, plan=self.plan, client=self.adapter.client_profile(),
             vocab_size=vocab, tokenizer_dir=self.spec.model.tokenizer or self.spec.model.path,
             time_scale=self.time_scale, api_key=api_key, slo=self.spec.slo))

@@ -130,10 +130,11 @@ def workload_differences(spec_a: SweepSpec, spec_b: SweepSpec) -> list[str]:
     if ma != mb:
         out.append(f"model: {ma} in A, {mb} in B")
     pa, pb = spec_a.request_plan(), spec_b.request_plan()
-    fa, fb = (p.fingerprint if p else None for p in (pa, pb))
-    if fa != fb:
-        out.append(f"request list: {pa.source + ' ' + fa if pa else 'fixed shape'} in A, "
-                   f"{pb.source + ' ' + fb if pb else 'fixed shape'} in B")
+
+    def said(p: Any) -> str:
+        return f"{p.source} {p.fingerprint}" if p is not None else "fixed shape"
+    if said(pa) != said(pb):
+        out.append(f"request list: {said(pa)} in A, {said(pb)} in B")
     return out
 
 

@@ -99,10 +99,10 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                      "requests met every limit):")
         parts.append(table_text(
             ["config", "req/s", "out tok/s", "per GPU req/s", "$/M tokens", "band", "note"],
-            [[r.config.label(), _n(c.rps, ".2f"), _n(c.output_tok_s, ".1f"),
-              _n(c.rps_per_gpu, ".2f"), _n(c.usd_per_million_tokens, ".3f"),
-              "-" if c.band is None else f"{c.band:.1%}", c.note or "-"]
-             for r in caps if (c := r.slo_capacity) is not None]))
+            [[r.config.label(), _n(sc.rps, ".2f"), _n(sc.output_tok_s, ".1f"),
+              _n(sc.rps_per_gpu, ".2f"), _n(sc.usd_per_million_tokens, ".3f"),
+              "-" if sc.band is None else f"{sc.band:.1%}", sc.note or "-"]
+             for r in caps if (sc := r.slo_capacity) is not None]))
     doubtful = [(r, lv) for r in results for lv in r.levels
                 if lv.status == "valid" and LevelFlag.UNVERIFIED in lv.flags]
     if doubtful:

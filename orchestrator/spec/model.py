@@ -303,7 +303,8 @@ def parse_spec(data: Any, source: str = "spec", base_dir: Path | None = None) ->
         raise SpecError(f"{source}: the top level must be a mapping of fields, got "
                         f"{type(data).__name__}")
     if isinstance(data.get("workload"), dict):
-        model = data.get("model") if isinstance(data.get("model"), dict) else {}
+        raw_model = data.get("model")
+        model: dict[str, Any] = raw_model if isinstance(raw_model, dict) else {}
         tok = model.get("tokenizer") or model.get("path")
         try:
             data = {**data, "workload": fill_lengths(data["workload"], base_dir,

@@ -172,14 +172,16 @@ def _sharegpt(path: Path, count: Callable[[str], int]) -> tuple[list[PlannedRequ
     if not isinstance(data, list):
         raise SpecError(f"{path}: a ShareGPT file is a JSON list of records, got "
                         f"{type(data).__name__}")
-    out, skipped = [], 0
+    out: list[PlannedRequest] = []
+    skipped = 0
     for n, rec in enumerate(data):
         where = f"{path}: record {n}"
         turns = rec.get("conversations") if isinstance(rec, dict) else None
         if not isinstance(turns, list):
             raise SpecError(f"{where}: needs a conversations list")
-        texts = [t.get("value") for t in turns[:2] if isinstance(t, dict)]
-        if len(texts) < 2 or not all(isinstance(t, str) and t.strip() for t in texts):
+        texts = [v for t in turns[:2] if isinstance(t, dict)
+                 and isinstance(v := t.get("value"), str) and v.strip()]
+        if len(texts) < 2:
             skipped += 1
             continue
         prompt, reply = texts
@@ -202,7 +204,7 @@ def read_requests(path: Path, source: FileSource, count: Callable[[str], int]
     if size > MAX_FILE_BYTES:
         raise SpecError(f"{path}: {size:,} bytes; a request file may have at most "
                         f"{MAX_FILE_BYTES:,} (cut it, or use requests.limit on a shorter one)")
-    fmt = source.format
+    fmt: str = source.format
     if fmt == "auto":
         fmt = "sharegpt" if path.suffix == ".json" else _format(path, next(
             (row for _, row in _lines(path)), None))
