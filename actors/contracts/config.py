@@ -203,11 +203,13 @@ class Workload(Frozen):
 
     @property
     def top_concurrency(self) -> int:
-        """The most requests in flight a level may hold: the highest concurrency, else the
-        open-loop cap (sizes ``max_num_seqs >= highest_concurrency`` and sockets)."""
+        """The highest concurrency level, else the open-loop cap the spec set (0: none set;
+        sizes ``max_num_seqs >= highest_concurrency`` and the open-file check). An
+        open-loop level opens connections as its sends need them, so the default cap is no
+        floor for either."""
         if self.concurrency:
             return self.concurrency[-1]
-        return self.max_in_flight or MAX_IN_FLIGHT
+        return self.max_in_flight or 0
 
     def in_flight_cap(self, level: Level) -> int:
         if level.kind is LevelKind.CONCURRENCY:

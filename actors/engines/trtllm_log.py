@@ -13,10 +13,10 @@ import re
 from typing import Any
 
 from actors.contracts.kv import KvPool
-from actors.contracts.metrics import ClientProfile, MetricsFormat, MetricsSample, read_sample
+from actors.contracts.metrics import MetricsSample
 from actors.engines.base import LogEvent, last_event
 
-__all__ = ["parse_trtllm_line", "applied_from_trtllm_events", "parse_trtllm_metrics",
+__all__ = ["parse_trtllm_line", "applied_from_trtllm_events",
            "TRTLLM_METRIC_NAMES", "graphs_evidence", "trtllm_kv_pool", "DEFAULT_TOKENS_PER_BLOCK",
            "KV_POOL_LINES"]
 
@@ -277,9 +277,3 @@ TRTLLM_METRIC_NAMES: dict[str, list[str]] = {
     "kv_blocks_free": ["kvCacheStats.freeNumBlocks"],
     "block_size": ["kvCacheStats.tokensPerBlock"],
 }
-
-
-def parse_trtllm_metrics(text: str, t: float) -> MetricsSample:
-    """trtllm-serve's iteration stats (``TRTLLM_METRIC_NAMES``) as a ``MetricsSample``."""
-    return read_sample(text, t, ClientProfile(metrics_format=MetricsFormat.JSON_STATS,
-                                              names=TRTLLM_METRIC_NAMES))

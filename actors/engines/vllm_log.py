@@ -11,10 +11,10 @@ import re
 from typing import Any
 
 from actors.contracts.kv import KvPool
-from actors.contracts.metrics import ClientProfile, MetricsSample, read_sample
+from actors.contracts.metrics import MetricsSample
 from actors.engines.base import LogEvent, last_event
 
-__all__ = ["parse_vllm_line", "parse_vllm_metrics", "VLLM_METRIC_NAMES", "VLLM_METRIC_LABELS",
+__all__ = ["parse_vllm_line", "VLLM_METRIC_NAMES", "VLLM_METRIC_LABELS",
            "applied_from_events", "pool_blocks",
            "vllm_kv_pool", "DEFAULT_BLOCK_SIZE", "KV_POOL_LINES"]
 
@@ -296,9 +296,3 @@ VLLM_METRIC_LABELS: dict[str, tuple[str, str]] = {
     "block_size": ("vllm:cache_config_info", "block_size"),
     "num_blocks": ("vllm:cache_config_info", "num_gpu_blocks"),
 }
-
-
-def parse_vllm_metrics(text: str, t: float) -> MetricsSample:
-    """Normalise vLLM's Prometheus names (``VLLM_METRIC_NAMES``)."""
-    return read_sample(text, t, ClientProfile(names=VLLM_METRIC_NAMES,
-                                              labels=VLLM_METRIC_LABELS))

@@ -47,7 +47,7 @@ from orchestrator.results.outbox import TrackingOutbox
 from orchestrator.results.records import SEARCH_PARAMS_FILE, write_trial_files
 from orchestrator.results.refit import refit_profile
 from orchestrator.spec import SweepSpec
-from orchestrator.spec.traffic_plan import build_plan, workload_fingerprint
+from orchestrator.spec.traffic_plan import workload_fingerprint
 
 __all__ = ["SweepController", "connect_ray"]
 
@@ -126,9 +126,9 @@ class SweepController:
         self.tick_s = tick_s
         self.cluster: Cluster = cluster if cluster is not None else RayCluster()
         self.shape: ModelShape | None = spec_shape(spec)
-        # the request list every trial is measured on: built once, from the sweep's copy
-        self.plan = build_plan(spec.workload, ledger.dir,
-                               spec.model.tokenizer or spec.model.path)
+        # the request list every trial is measured on: the spec's own (built once; a spec
+        # read from the sweep folder reads the sweep's copy of the file)
+        self.plan = spec.request_plan()
         self.fingerprint = workload_fingerprint(spec.workload, self.plan)
         nodes = self.cluster.nodes()
         self.use_gpus = any(n.gpus for n in nodes)

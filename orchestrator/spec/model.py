@@ -302,18 +302,22 @@ def parse_spec(data: Any, source: str = "spec", base_dir: Path | None = None) ->
     if not isinstance(data, dict):
         raise SpecError(f"{source}: the top level must be a mapping of fields, got "
                         f"{type(data).__name__}")
+    plan = None
     if isinstance(data.get("workload"), dict):
         raw_model = data.get("model")
         model: dict[str, Any] = raw_model if isinstance(raw_model, dict) else {}
         tok = model.get("tokenizer") or model.get("path")
         try:
-            data = {**data, "workload": fill_lengths(data["workload"], base_dir,
-                                                     tok if isinstance(tok, str) else None)}
+            work, plan = fill_lengths(data["workload"], base_dir,
+                                      tok if isinstance(tok, str) else None)
+            data = {**data, "workload": work}
         except SpecError as err:
             raise SpecError(f"{source}: {err}") from None
     try:
         spec = SweepSpec.model_validate(data, context={"rules": EngineRules()})
         spec._base_dir = base_dir
+        if plan is not None:  # the file was read to size the workload: keep its list
+            spec._plan.append(plan)
         return spec
     except ValidationError as err:
         raise SpecError(bounded(format_validation_error(err, source))) from None

@@ -6,7 +6,8 @@
   drawn with the source's seed; a file read by ``traffic_files``), or None for the fixed
   shape. Text is counted with the model's tokenizer where there is one, else in words (what
   the sim counts).
-- ``fill_lengths(workload_data, base_dir, tokenizer_dir)``: the spec's ``workload`` with
+- ``fill_lengths(workload_data, base_dir, tokenizer_dir)``: the spec's ``workload`` (and a file
+  source's request list, kept by the spec so the file is read once) with
   ``prompt_tokens`` / ``output_tokens`` set to the source's longest (they size servers).
 - ``workload_fingerprint(workload, plan)``: what two trials must share to be compared: the
   request list and everything that schedules it (levels, seed, burstiness, rounds, api).
@@ -113,14 +114,16 @@ def build_plan(w: Workload, base_dir: Path | None, tokenizer_dir: str | None = N
                        block_tokens=src.block_tokens, file_sha256=file_sha256(path))
 
 
-def fill_lengths(data: dict[str, Any], base_dir: Path | None,
-                 tokenizer_dir: str | None) -> dict[str, Any]:
+def fill_lengths(data: dict[str, Any], base_dir: Path | None, tokenizer_dir: str | None
+                 ) -> tuple[dict[str, Any], RequestPlan | None]:
     """``data`` (a spec's ``workload`` mapping) with ``prompt_tokens`` and
-    ``output_tokens`` set to the source's longest; unchanged without a source. A value the
-    user gave that differs is refused (``SpecError``): the source decides the lengths."""
+    ``output_tokens`` set to the source's longest (unchanged without a source), and the
+    request list a file source was read into to learn them (None otherwise: the spec keeps
+    it, so a file is read once). A value the user gave that differs is refused
+    (``SpecError``): the source decides the lengths."""
     raw = data.get("requests")
     if not isinstance(raw, dict):
-        return data
+        return data, None
     from pydantic import TypeAdapter, ValidationError
 
     from actors.contracts.traffic import RequestSource
@@ -128,7 +131,8 @@ def fill_lengths(data: dict[str, Any], base_dir: Path | None,
     try:
         src = TypeAdapter(RequestSource).validate_python(raw)
     except ValidationError:
-        return data  # the workload's own validation names the bad field
+        return data, None  # the workload's own validation names the bad field
+    plan = None
     if isinstance(src, SyntheticSource):
         longest = (src.prompt.longest, src.output.longest)
     else:
@@ -144,7 +148,7 @@ def fill_lengths(data: dict[str, Any], base_dir: Path | None,
             raise SpecError(f"workload.{field}: the request source sets it (its longest is "
                             f"{value}, given {given!r}); remove workload.{field}")
         out[field] = value
-    return out
+    return out, plan
 
 
 def workload_fingerprint(w: Workload, plan: RequestPlan | None) -> str:

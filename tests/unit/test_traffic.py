@@ -91,6 +91,11 @@ def test_a_rate_is_never_read_as_a_concurrency():
     w = Workload(prompt_tokens=8, output_tokens=4, concurrency=[4], rates=[4.0])
     assert [lv.key for lv in w.levels()] == ["c=4", "rate=4/s"]
     assert w.levels()[1].concurrency is None and w.in_flight_cap(w.levels()[1]) > 4
+    # a rate-only workload has no highest concurrency: the default in-flight cap (1024) is no
+    # floor for max_num_seqs ranges nor for the open-file check
+    rate_only = Workload(prompt_tokens=8, output_tokens=4, rates=[4.0])
+    assert rate_only.top_concurrency == 0
+    assert rate_only.model_copy(update={"max_in_flight": 64}).top_concurrency == 64
 
 
 def test_schedules_are_seeded_poisson_or_gamma():
