@@ -75,6 +75,9 @@ class TrialConfig(Frozen):
     launch_label: str | None = None
     #: which restart of a config the space repeats (``repeat: N``); 0: the first
     repeat: int = Field(default=0, ge=0)
+    #: the model this config serves when its space entry names its own (a path); None: the
+    #: spec's ``model``. Part of the identity: another model is another config
+    model: str | None = None
 
     @field_validator("extras")
     @classmethod
@@ -86,7 +89,7 @@ class TrialConfig(Frozen):
     def key(self) -> str:
         """The trial key: the identity plus the launch label and repeat where set (a trial
         without either keeps the key it had before they existed)."""
-        drop = {k for k, v in (("launch_label", None), ("repeat", 0))
+        drop = {k for k, v in (("launch_label", None), ("repeat", 0), ("model", None))
                 if getattr(self, k) == v}
         return _digest(self.model_dump(mode="json", exclude=drop))
 
@@ -94,7 +97,8 @@ class TrialConfig(Frozen):
         """The config identity: the engine settings alone (no launch label, no repeat).
         Trials of one identity are the same config, measured more than once or on another
         build; ``compare`` and ``calibrate`` match by it."""
-        return _digest(self.model_dump(mode="json", exclude={"launch_label", "repeat"}))
+        drop = {"launch_label", "repeat"} | ({"model"} if self.model is None else set())
+        return _digest(self.model_dump(mode="json", exclude=drop))
 
     def label(self) -> str:
         """Short human name: ``sim:trtllm tp1 bf16 kv=fp8 graphs``."""
@@ -108,6 +112,8 @@ class TrialConfig(Frozen):
         parts += [f"{k}={v}" for k, v in sorted(self.extras.items())]
         if self.gpu_memory_fraction != 0.9:
             parts.append(f"mem={self.gpu_memory_fraction}")
+        if self.model:
+            parts.append(f"model={Path(self.model).name}")
         if self.launch_label:
             parts.append(f"[{self.launch_label}]")
         if self.repeat:
@@ -117,7 +123,8 @@ class TrialConfig(Frozen):
     def flat_params(self) -> dict[str, str]:
         """Every field as a string, extras prefixed ``extra.``; for MLflow params."""
         out = {k: str(v) for k, v in self.model_dump().items() if k != "extras"
-               and not (k == "launch_label" and v is None) and not (k == "repeat" and v == 0)}
+               and not (k in ("launch_label", "model") and v is None)
+               and not (k == "repeat" and v == 0)}
         out.update({f"extra.{k}": str(v) for k, v in self.extras.items()})
         return out
 
@@ -407,6 +414,9 @@ class SpaceEntry(Frozen):
     #: measure each config this many times, the server restarted each time (the
     #: between-restart noise: ``compare`` and "within noise" use it)
     repeat: PosInt = 1
+    #: this entry's own model (a local path, e.g. a quantized or degraded copy); None: the
+    #: spec's ``model``. Its trials are other configs (the model is in the trial key)
+    model: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -471,7 +481,8 @@ class SpaceEntry(Frozen):
                 fields["profile"] = default_profile
             for r in range(self.repeat):
                 out.append(TrialConfig(engine=self.engine, extras=extras, repeat=r,
-                                       launch_label=self.label, **fields))
+                                       launch_label=self.label, model=self.model,
+                                       **fields))
         return out
 
 

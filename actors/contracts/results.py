@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from actors.contracts.applied import AppliedConfig
 from actors.contracts.config import TrialConfig
+from actors.contracts.quality import QualityResult, QualityVerdict
 from actors.contracts.states import (
     INVALID_LEVEL,
     FailureClass,
@@ -261,6 +262,10 @@ class TrialResult(BaseModel):
     workload_fingerprint: str = ""
     #: capacity at SLO (``workload.capacity``), when the spec asked for it
     slo_capacity: SloCapacity | None = None
+    #: the quality run on its warm server (``quality:``) and its standing against the
+    #: reference (decided when the trial finished: the reference runs first)
+    quality: QualityResult | None = None
+    quality_verdict: QualityVerdict | None = None
 
     @model_validator(mode="after")
     def _reason_fits_status(self) -> TrialResult:

@@ -8,6 +8,7 @@ import io
 import ray
 
 from actors.contracts.loadspec import LoadSpec
+from actors.contracts.quality import QualityRequest, QualityResult
 from actors.contracts.results import LevelResult
 from actors.contracts.traffic import Level
 from actors.loadgen.aggregate import request_itls
@@ -109,6 +110,14 @@ class LoadGeneratorCore:
 
     def records_csv(self) -> str:
         return records_csv(self._rows, self._t0 or 0.0)
+
+    async def run_quality(self, request: QualityRequest) -> QualityResult:
+        """The trial's quality run on this node (``actors.quality``), off the event loop."""
+        import asyncio
+
+        from actors.quality import run_quality
+
+        return await asyncio.to_thread(run_quality, request)
 
 
 LoadGenerator = ray.remote(num_cpus=0)(LoadGeneratorCore)

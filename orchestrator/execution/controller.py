@@ -26,6 +26,7 @@ from typing import Any
 import ray
 
 from actors.contracts.diskspace import failure_of_disk
+from actors.contracts.quality import QualityResult
 from actors.contracts.reaping import ReapTarget
 from actors.contracts.results import TrialResult
 from actors.contracts.shapes import ModelShape
@@ -40,6 +41,8 @@ from orchestrator.execution.progress import Progress
 from orchestrator.execution.reaping import REAP_TIMEOUT_S, reap_sweep
 from orchestrator.execution.trial import TrialExecution, TrialPhase
 from orchestrator.planning.plan import PlannedTrial, plan_sweep, spec_shape
+from orchestrator.planning.quality import reference_trial
+from orchestrator.planning.quality import verdict as quality_verdict
 from orchestrator.planning.search import Searcher, make_searcher
 from orchestrator.results.events import AttemptFailed, Interrupted, Scheduled, Started
 from orchestrator.results.ledger import Ledger
@@ -155,6 +158,9 @@ class SweepController:
             else self.planned
         self.searcher: Searcher = make_searcher(spec, order, done, ledger.dir,
                                                 ledger.sweep_id, refit=refit_profile)
+        # the quality reference (``quality:``): first to run; every verdict pairs with it
+        self.reference_key = reference_trial(spec.quality, self.planned).config.key() \
+            if spec.quality is not None else None
         self.progress = progress or Progress(self.searcher.total)
         self.progress.note = self.searcher.progress_line  # a search shows its budget
         if spec.search.kind == "optuna":  # its budget, not the grid's size
@@ -270,10 +276,18 @@ class SweepController:
         trial = TrialExecution(planned, self.spec, self.ledger.sweep_id, trial_dir,
                                self.shape, self.use_gpus, self.cluster,
                                on_event=self._on_event, attempt=attempt, pin=selector,
-                               plan=self.plan, fingerprint=self.fingerprint)
+                               plan=self.plan, fingerprint=self.fingerprint,
+                               reference=self._reference_quality(planned))
         if node is not None:
             self.packer.take(trial, node, planned.config.tp)
         self.running[trial.begin()] = trial
+
+    def _reference_quality(self, planned: PlannedTrial) -> QualityResult | None:
+        """The reference's quality run, for a trial other than the reference."""
+        if self.reference_key is None or planned.config.key() == self.reference_key:
+            return None
+        ref = self.results.get(self.reference_key)
+        return ref.quality if ref is not None else None
 
     def _refresh_nodes(self) -> None:
         if time.monotonic() - self._nodes_read >= NODES_REFRESH_S:
@@ -286,7 +300,7 @@ class SweepController:
             return False
         planned = self.searcher.ask()
         if planned is None:
-            self.exhausted = True
+            self.exhausted = not self.searcher.waiting  # waiting: ask again after a tell
             return False
         self.pending.append(planned)
         return True
@@ -362,6 +376,13 @@ class SweepController:
         self.progress.event(kind, data)
 
     def _record(self, result: TrialResult, trial_dir: Path | None) -> None:
+        q = self.spec.quality
+        if q is not None and self.reference_key is not None \
+                and result.status is not TrialStatus.INFEASIBLE:
+            ref = result if result.key == self.reference_key \
+                else self.results.get(self.reference_key)
+            result = result.model_copy(update={"quality_verdict": quality_verdict(
+                q, result, ref, self.reference_key)})
         self.results[result.key] = result
         event = self.ledger.record_result(result)  # the source of truth first
         if trial_dir is not None:  # its config and command beside its logs (MLflow's too)

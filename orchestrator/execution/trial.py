@@ -1,7 +1,7 @@
 """One trial's life as an explicit state machine the controller advances.
 
     place -> launch -> ready -> level x N (-> check after a level with errors)
-          -> observe -> stop -> done
+          [-> quality] -> observe -> stop -> done
 
 ``TrialPhase`` names the phases and ``TRANSITIONS`` the moves allowed between them
 (any other is a bug and raises). Each phase has exactly one Ray object ref in
@@ -27,6 +27,7 @@ from actors.contracts.applied import AppliedConfig
 from actors.contracts.diskspace import disk_error
 from actors.contracts.loadspec import LoadSpec
 from actors.contracts.messages import LaunchInfo, Observation, Readiness, StopResult
+from actors.contracts.quality import QualityRequest, QualityResult, QualityStatus
 from actors.contracts.results import Capacity, LevelResult, SloCapacity, TrialResult
 from actors.contracts.shapes import ModelShape
 from actors.contracts.states import FailureClass
@@ -40,6 +41,7 @@ from orchestrator.planning.capacity import LevelPrediction, length_rejection, pr
 from orchestrator.planning.plan import PlannedTrial
 from orchestrator.planning.slo_capacity import CapacitySearch
 from orchestrator.spec import SweepSpec
+from orchestrator.spec.quality_checks import lm_eval_path
 
 __all__ = ["TrialExecution", "TrialPhase", "TRANSITIONS", "TIMEOUT_CLASS"]
 
@@ -50,6 +52,7 @@ class TrialPhase(enum.StrEnum):
     READY = "ready"  # EngineHost.wait_ready: health, applied config
     LEVEL = "level"  # LoadGenerator.run_level
     CHECK = "check"  # EngineHost.observe after a level with connection or stall errors
+    QUALITY = "quality"  # LoadGenerator.run_quality on the warm server (``quality:``)
     OBSERVE = "observe"  # EngineHost.observe after the last level
     STOP = "stop"  # EngineHost.stop
     DONE = "done"  # the result is final
@@ -60,9 +63,10 @@ P = TrialPhase
 TRANSITIONS: dict[TrialPhase, frozenset[TrialPhase]] = {
     P.PLACE: frozenset({P.LAUNCH, P.STOP}),
     P.LAUNCH: frozenset({P.READY, P.STOP}),
-    P.READY: frozenset({P.LEVEL, P.OBSERVE, P.STOP}),
-    P.LEVEL: frozenset({P.LEVEL, P.CHECK, P.OBSERVE, P.STOP}),
-    P.CHECK: frozenset({P.LEVEL, P.OBSERVE, P.STOP}),
+    P.READY: frozenset({P.LEVEL, P.QUALITY, P.OBSERVE, P.STOP}),
+    P.LEVEL: frozenset({P.LEVEL, P.CHECK, P.QUALITY, P.OBSERVE, P.STOP}),
+    P.CHECK: frozenset({P.LEVEL, P.QUALITY, P.OBSERVE, P.STOP}),
+    P.QUALITY: frozenset({P.OBSERVE, P.STOP}),
     P.OBSERVE: frozenset({P.STOP}),
     P.STOP: frozenset({P.DONE}),
     P.DONE: frozenset(),
@@ -72,6 +76,7 @@ TIMEOUT_CLASS: dict[TrialPhase, FailureClass] = {
     P.PLACE: FailureClass.STARTUP_TIMEOUT, P.LAUNCH: FailureClass.STARTUP_TIMEOUT,
     P.READY: FailureClass.STARTUP_TIMEOUT, P.LEVEL: FailureClass.HANG,
     P.CHECK: FailureClass.HANG, P.OBSERVE: FailureClass.HANG, P.STOP: FailureClass.HANG,
+    P.QUALITY: FailureClass.HANG,
 }
 
 
@@ -79,7 +84,8 @@ class TrialExecution:
     def __init__(self, planned: PlannedTrial, spec: SweepSpec, sweep_id: str, trial_dir: Path,
                  shape: ModelShape | None, use_gpus: bool, cluster: Cluster,
                  on_event: Any = None, attempt: int = 1, pin: dict[str, str] | None = None,
-                 plan: RequestPlan | None = None, fingerprint: str = ""):
+                 plan: RequestPlan | None = None, fingerprint: str = "",
+                 reference: QualityResult | None = None):
         self.planned, self.spec, self.cfg = planned, spec, planned.config
         self.key = self.cfg.key()
         self.sweep_id, self.dir, self.shape = sweep_id, trial_dir, shape
@@ -92,6 +98,10 @@ class TrialExecution:
         # capacity at SLO, probed rate by rate after the levels (planning.slo_capacity)
         self.search = CapacitySearch(cap) if cap is not None else None
         self.slo_capacity: SloCapacity | None = None
+        # accuracy beside speed (``quality:``): run after the levels on the warm server,
+        # paired with the reference's result (None: this trial is the reference)
+        self.reference = reference
+        self.quality: QualityResult | None = None
         self.adapter = get_adapter(self.cfg.engine)
         self.phase = TrialPhase.PLACE
         self.deadline: float | None = None
@@ -116,7 +126,7 @@ class TrialExecution:
     def _ctx(self) -> LaunchContext:
         entry = self.spec.space[self.planned.entry_index]
         return LaunchContext(sweep_id=self.sweep_id, trial_key=self.key,
-                             trial_dir=str(self.dir), model=self.spec.model,
+                             trial_dir=str(self.dir), model=self.spec.model_for(self.cfg),
                              hardware=self.spec.hardware, workload=self.spec.workload,
                              sim=self.spec.sim, launch=entry.launch)
 
@@ -192,17 +202,51 @@ class TrialExecution:
         self.lg = self.cluster.start_loadgen(self.pg, LoadSpec(
             base_url=ready.base_url or "", model=self.spec.model.served_name or self._served_name(),
             workload=w, plan=self.plan, client=self.adapter.client_profile(),
-            vocab_size=vocab, tokenizer_dir=self.spec.model.tokenizer or self.spec.model.path,
+            vocab_size=vocab, tokenizer_dir=self._tokenizer_dir(),
             time_scale=self.time_scale, api_key=api_key, slo=self.spec.slo))
         return self._next_level()
 
     def _served_name(self) -> str:
         return self.adapter.served_model_name(self._ctx())
 
+    def _tokenizer_dir(self) -> str | None:
+        model = self.spec.model_for(self.cfg)
+        return model.tokenizer or model.path
+
+    def _quality_request(self) -> QualityRequest | None:
+        """What the node measures after the levels; None: nothing (no ``quality:``, the
+        sim's hold mode, or the sim, whose result says so without a run)."""
+        q = self.spec.quality
+        if q is None or self.hold_s is not None or self.lg is None or self.quality is not None:
+            return None
+        if self.adapter.time_scaled:
+            self.quality = QualityResult(status=QualityStatus.NOT_MEASURED_SIM,
+                                         message="not measured (sim): the sim has no accuracy")
+            return None
+        task_dir = self.spec.quality_task_dir()
+        ref = self.reference
+        entry = self.spec.space[self.planned.entry_index]
+        out = self.dir / "quality"
+        out.mkdir(parents=True, exist_ok=True)
+        api_key = self.cluster.get(self.cluster.call(self.host, "api_key_for_client"))
+        return QualityRequest(
+            base_url=self.ready.base_url or "",
+            model=self.spec.model.served_name or self._served_name(),
+            tokenizer_dir=self._tokenizer_dir(), task=q.task,
+            include_path=str(task_dir) if task_dir else None, agreement=q.agreement,
+            vocab_size=self.shape.vocab if self.shape else 32000,
+            reference_continuations=ref.agreement.continuations
+            if ref is not None and ref.agreement is not None else None,
+            reference_logprobs=ref.agreement.reference_logprobs
+            if ref is not None and ref.agreement is not None else None,
+            lm_eval=lm_eval_path(q, entry.launch.python), out_dir=str(out),
+            timeout_s=q.timeout_s, api_key=api_key)
+
     def _next_level(self) -> Any:
         w, fp = self.spec.workload, self.spec.failure
         levels = w.levels()
-        if self.level_i >= len(levels) and self.search is not None and self.hold_s is None:
+        if self.level_i >= len(levels) and self.search is not None and self.hold_s is None \
+                and self.slo_capacity is None:
             probe = self.search.level()
             if probe is not None:
                 self._enter(TrialPhase.LEVEL, w.level_timeout_s + fp.call_grace_s)
@@ -210,6 +254,11 @@ class TrialExecution:
             self.slo_capacity = self.search.result(self.cfg.tp)
             self.on_event("capacity", {"key": self.key, "capacity": self.slo_capacity})
         if self.level_i >= len(levels):
+            req = self._quality_request()
+            if req is not None:
+                self.on_event("quality_started", {"key": self.key})
+                self._enter(TrialPhase.QUALITY, 2 * req.timeout_s + fp.call_grace_s)
+                return self.cluster.call(self.lg, "run_quality", req)
             self._enter(TrialPhase.OBSERVE, fp.observe_timeout_s)
             return self.cluster.call(self.host, "observe")
         lv = levels[self.level_i]
@@ -236,6 +285,11 @@ class TrialExecution:
         if verdicts.needs_check(level):
             self._enter(TrialPhase.CHECK, self.spec.failure.observe_timeout_s)
             return self.cluster.call(self.host, "observe")
+        return self._next_level()
+
+    def _after_quality(self, result: QualityResult) -> Any:
+        self.quality = result
+        self.on_event("quality", {"key": self.key, "quality": result})
         return self._next_level()
 
     def _after_check(self, obs: Observation) -> Any:
@@ -328,7 +382,8 @@ class TrialExecution:
             host={**host, "loadgen_node_id": lg_node},
             hardware=self.spec.hardware, time_scale=self.time_scale,
             log_tail=self.log_tail[-8000:], attempt=self.attempt,
-            workload_fingerprint=self.fingerprint, slo_capacity=self.slo_capacity)
+            workload_fingerprint=self.fingerprint, slo_capacity=self.slo_capacity,
+            quality=self.quality)
         self.phase = TrialPhase.DONE
         return None
 

@@ -15,13 +15,19 @@ say why, in the order they are checked:
 - ``late_sends``: an open-loop level sent some request late (the load offered was not the
   schedule's);
 - ``slo``: a limit of the spec's SLO is missed there (judged only when an SLO is given:
-  the search treats SLOs as Optuna constraints instead, so it passes none).
+  the search treats SLOs as Optuna constraints instead, so it passes none);
+- ``quality_drop``: the trial's quality dropped beyond ``quality.max_drop`` against the
+  reference (its 95% interval wholly above it);
+- ``quality_unproven``: the interval straddles ``max_drop``, or quality was not measured
+  (the sim, a failed run), and the spec does not set ``quality.allow_unproven``. The
+  search gets both as a constraint instead (``planning.regimes.trial_scores``).
 """
 
 from __future__ import annotations
 
 import enum
 
+from actors.contracts.quality import QualityVerdict
 from actors.contracts.results import LevelMetrics, LevelResult
 from actors.contracts.slo import SLO
 from actors.contracts.states import LevelFlag, LevelStatus
@@ -40,6 +46,8 @@ class Ineligible(enum.StrEnum):
     SIM_BEHIND = "sim_behind"
     LATE_SENDS = "late_sends"
     SLO = "slo"
+    QUALITY_DROP = "quality_drop"
+    QUALITY_UNPROVEN = "quality_unproven"
 
     def hint(self) -> str:
         """What a user can do about it."""
@@ -53,6 +61,9 @@ _HINTS = {
     Ineligible.SIM_BEHIND: "raise sim.time_scale, or run on an idle host",
     Ineligible.LATE_SENDS: "lower the rate, raise workload.max_in_flight or client_shards",
     Ineligible.SLO: "misses a limit of the spec's slo",
+    Ineligible.QUALITY_DROP: "its accuracy dropped beyond quality.max_drop",
+    Ineligible.QUALITY_UNPROVEN: "measure more questions (quality.task.limit), or set "
+                                 "quality.allow_unproven",
 }
 
 
@@ -69,9 +80,9 @@ def slo_misses(metrics: LevelMetrics, slo: SLO) -> list[str]:
     return out
 
 
-def why_not(level: LevelResult, *, trust_usage: bool = False,
-            slo: SLO | None = None) -> list[Ineligible]:
-    """Every reason ``level`` may not win; empty: it may."""
+def why_not(level: LevelResult, *, trust_usage: bool = False, slo: SLO | None = None,
+            quality: QualityVerdict | None = None) -> list[Ineligible]:
+    """Every reason ``level`` may not win; empty: it may. ``quality``: its trial's."""
     reasons: list[Ineligible] = []
     if level.status != LevelStatus.VALID:
         reasons.append(Ineligible.INVALID)
@@ -85,8 +96,12 @@ def why_not(level: LevelResult, *, trust_usage: bool = False,
         reasons.append(Ineligible.LATE_SENDS)
     if slo is not None and level.metrics is not None and slo_misses(level.metrics, slo):
         reasons.append(Ineligible.SLO)
+    if quality is not None and quality.blocks:
+        reasons.append(Ineligible.QUALITY_DROP if quality.gate.value == "rejected"
+                       else Ineligible.QUALITY_UNPROVEN)
     return reasons
 
 
-def may_win(level: LevelResult, *, trust_usage: bool = False, slo: SLO | None = None) -> bool:
-    return not why_not(level, trust_usage=trust_usage, slo=slo)
+def may_win(level: LevelResult, *, trust_usage: bool = False, slo: SLO | None = None,
+            quality: QualityVerdict | None = None) -> bool:
+    return not why_not(level, trust_usage=trust_usage, slo=slo, quality=quality)

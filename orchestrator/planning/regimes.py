@@ -118,14 +118,21 @@ def trial_scores(result: TrialResult, spec: SweepSpec) -> dict[str, RegimeScore]
     if spec.search.objective is Objective.SLO_CAPACITY:  # one figure per trial
         cap = result.slo_capacity if result.status.has_measurements() else None
         value = cap.rps_per_gpu if cap is not None else None
-        return {name: RegimeScore(value if value is not None else (0.0 if cap else None))
-                for name in spec.search.regime_levels(spec.workload.levels())}
-    levels: dict[str, LevelMetrics | None] = {}
-    if result.status.has_measurements():
-        for lv in result.levels:  # SLOs are the search's constraints, not a filter here
-            ok = may_win(lv, trust_usage=spec.workload.trust_usage)
-            levels[lv.key] = lv.metrics if ok else None
-    return score_levels(levels, result.config, spec)
+        scores = {name: RegimeScore(value if value is not None else (0.0 if cap else None))
+                  for name in spec.search.regime_levels(spec.workload.levels())}
+    else:
+        levels: dict[str, LevelMetrics | None] = {}
+        if result.status.has_measurements():
+            for lv in result.levels:  # SLOs are the search's constraints, not a filter here
+                ok = may_win(lv, trust_usage=spec.workload.trust_usage)
+                levels[lv.key] = lv.metrics if ok else None
+        scores = score_levels(levels, result.config, spec)
+    q = result.quality_verdict
+    if q is not None and q.blocks:  # the quality gate is a constraint like an SLO
+        extra = 1.0 + max((q.drop_lo or 0.0) - (q.max_drop or 0.0), 0.0)
+        scores = {n: RegimeScore(s.value, max(s.violation, 0.0) + extra, s.latencies)
+                  for n, s in scores.items()}
+    return scores
 
 
 def meets_slo(score: RegimeScore) -> bool:

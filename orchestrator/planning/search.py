@@ -14,6 +14,8 @@ from pathlib import Path
 from actors.contracts.results import TrialResult
 from orchestrator.planning.guided import GuidedSearcher, Refit
 from orchestrator.planning.plan import PlannedTrial, spec_shape
+from orchestrator.planning.quality import reference_trial
+from orchestrator.planning.reference_first import ReferenceFirst
 from orchestrator.planning.regimes import level_objective
 from orchestrator.planning.samplers import StudySearcher
 from orchestrator.planning.searcher import Fits, GridSearcher, Searcher
@@ -50,6 +52,14 @@ def make_searcher(spec: SweepSpec, planned: list[PlannedTrial], done: dict[str, 
                   sweep_dir: Path, sweep_id: str, refit: Refit | None = None) -> Searcher:
     """The spec's searcher; ``refit`` (``orchestrator.results.refit.refit_profile``, handed
     down by the controller: planning does not import results) recalibrates for guided."""
+    inner = _searcher(spec, planned, done, sweep_dir, sweep_id, refit)
+    if spec.quality is None:
+        return inner
+    return ReferenceFirst(inner, reference_trial(spec.quality, planned), done)
+
+
+def _searcher(spec: SweepSpec, planned: list[PlannedTrial], done: dict[str, TrialResult],
+              sweep_dir: Path, sweep_id: str, refit: Refit | None) -> Searcher:
     if spec.search.kind != "optuna":
         return GridSearcher(planned, set(done))
     shape = spec_shape(spec)

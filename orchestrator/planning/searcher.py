@@ -33,6 +33,9 @@ class Searcher(abc.ABC):
         self.pruned: list[PlannedTrial] = []
         self.stop_reason: str | None = None
         self.blocked = False
+        #: ``ask`` returned None because it waits on a result in flight (the search is
+        #: not over: ask again after the next ``tell``)
+        self.waiting = False
 
     @abc.abstractmethod
     def ask(self, fits: Fits | None = None) -> PlannedTrial | None: ...

@@ -43,7 +43,8 @@ def levels_frame(results: list[TrialResult], objective: Objective = Objective.OU
     rows = []
     for r in results:
         for lv in r.levels:
-            why = ",".join(why_not(lv, trust_usage=trust_usage, slo=slo))
+            why = ",".join(why_not(lv, trust_usage=trust_usage, slo=slo,
+                                   quality=r.quality_verdict))
             first = r.config.model_copy(update={"repeat": 0})  # the config, not the restart
             row = {"key": r.key, "identity": r.config.identity(), "config": first.key(),
                    "label": first.label(),

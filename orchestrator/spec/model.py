@@ -33,9 +33,11 @@ from actors.contracts.config import (
     PosInt,
     SimOptions,
     SpaceEntry,
+    TrialConfig,
     Workload,
 )
 from actors.contracts.hardware import hardware_names
+from actors.contracts.quality import QualitySpec
 from actors.contracts.secrets import SECRET_ERROR
 from actors.contracts.shapes import preset_names
 from actors.contracts.slo import SLO
@@ -43,6 +45,12 @@ from actors.contracts.states import FailureClass
 from actors.contracts.traffic import RequestPlan
 from actors.engines import adapter_names, get_adapter
 from orchestrator.errors import SpecError
+from orchestrator.spec.quality_checks import (
+    check_quality,
+    check_task_files,
+    preflight_quality,
+    task_dir,
+)
 from orchestrator.spec.rules import EngineRules
 from orchestrator.spec.search import SearchSpec, check_search_against
 from orchestrator.spec.traffic_plan import build_plan, fill_lengths
@@ -157,6 +165,9 @@ class SweepSpec(Frozen):
     search: SearchSpec = SearchSpec()
     sim: SimOptions = SimOptions()
     failure: FailurePolicy = FailurePolicy()
+    #: accuracy beside speed: a task and/or agreement, a reference, a gate
+    #: (``actors.contracts.quality``; rules: ``orchestrator.spec.quality_checks``)
+    quality: QualitySpec | None = None
     space: list[SpaceEntry] = Field(min_length=1)
 
     #: the folder the spec was read from (a request file's relative path starts there)
@@ -170,6 +181,16 @@ class SweepSpec(Frozen):
             self._plan.append(build_plan(self.workload, self._base_dir,
                                          model.tokenizer or model.path))
         return self._plan[0]
+
+    def model_for(self, cfg: TrialConfig) -> ModelSpec:
+        """The model ``cfg`` serves: its space entry's own (``model``), else the spec's."""
+        if cfg.model is None:
+            return self.model
+        return ModelSpec(path=cfg.model, served_name=self.model.served_name)
+
+    def quality_task_dir(self) -> Path | None:
+        """The quality task's folder, absolute (relative: from the spec's folder)."""
+        return task_dir(self.quality, self._base_dir) if self.quality is not None else None
 
     @field_validator("name")
     @classmethod
@@ -207,6 +228,17 @@ class SweepSpec(Frozen):
         if self.workload.capacity is not None and self.slo.empty:
             raise ValueError("workload.capacity finds the highest rate meeting the slo: give "
                              "slo limits (e.g. slo: {ttft_p99_ms: 500, itl_p99_ms: 50})")
+        return self
+
+    @model_validator(mode="after")
+    def _quality_applies(self) -> SweepSpec:
+        if self.quality is not None:
+            check_quality(self.quality, {e.engine for e in self.space})
+        for i, e in enumerate(self.space):
+            if e.model is not None and e.engine in adapter_names() \
+                    and get_adapter(e.engine).serves_presets:
+                raise ValueError(f"space[{i}].model: engine {e.engine!r} serves the spec's "
+                                 "model preset; an entry's own model is for real engines")
         return self
 
     @model_validator(mode="after")
@@ -316,6 +348,10 @@ def parse_spec(data: Any, source: str = "spec", base_dir: Path | None = None) ->
     try:
         spec = SweepSpec.model_validate(data, context={"rules": EngineRules()})
         spec._base_dir = base_dir
+        if spec.quality is not None:
+            problems = check_task_files(spec.quality, base_dir)
+            if problems:
+                raise SpecError(f"{source}: " + "; ".join(problems))
         if plan is not None:  # the file was read to size the workload: keep its list
             spec._plan.append(plan)
         return spec
@@ -351,6 +387,13 @@ def preflight(spec: SweepSpec) -> None:
     if path and real and not Path(path).exists() and not _HUB_ID.match(path):
         problems.append(f"model.path: {path!r} does not exist on this machine, where the "
                         f"local Ray runs {', '.join(real)}: give the model's local directory")
+    for i, e in enumerate(spec.space):
+        if e.model is not None and not Path(e.model).exists() and not _HUB_ID.match(e.model):
+            problems.append(f"space[{i}].model: {e.model!r} does not exist on this machine: "
+                            "give the model's local directory")
+    if spec.quality is not None:
+        python = next((e.launch.python for e in spec.space if e.launch.python), None)
+        problems += preflight_quality(spec.quality, python)
     soft, hard = _nofile()
     top = spec.workload.top_concurrency
     if soft and top + _FD_HEADROOM > soft:
