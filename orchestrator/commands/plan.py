@@ -75,6 +75,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"wrote {n} requests to {args.export_requests}", file=sys.stderr)
     planned = plan_sweep(spec)
     feasible = [p for p in planned if p.feasible]
+    ref = None
+    if spec.quality is not None:  # a reference that cannot run is the spec's error
+        from orchestrator.planning.quality import reference_trial
+
+        ref = reference_trial(spec.quality, planned)
     preds: dict[str, TrialPrediction] = {}
     total_s = None
     if args.predict:
@@ -134,6 +139,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
                f"{o.per_trial_s:.1f} s per trial, report {o.report_s:.1f} s: {learnt})")
     elif not args.predict:
         _print("\n(add --predict for the performance model's numbers and the sweep's duration)")
+    if spec.quality is not None:
+        from orchestrator.planning.forecast import quality_run_s
+
+        assert ref is not None
+        _print(f"Quality reference: {ref.config.label()} [{ref.config.key()}]")
+        runs = [quality_run_s(spec, p.config) for p in feasible]
+        n = sum(1 for x in runs if x > 0)
+        _print(f"Quality runs: {n} trial(s), about {max(runs, default=0):.0f} s each "
+               f"(included in the estimate above with --predict); the reference runs first")
     if pace and pace["problems"]:
         _print(_pace_line(pace, spec.sim.time_scale))
     return EXIT_OK

@@ -74,6 +74,10 @@ def _run(args: argparse.Namespace) -> tuple[int, Ledger | None]:
     from orchestrator.planning.plan import plan_sweep
 
     planned = plan_sweep(spec)
+    if spec.quality is not None:  # a reference that cannot run is the spec's error
+        from orchestrator.planning.quality import reference_trial
+
+        reference_trial(spec.quality, planned)
     if not any(p.feasible for p in planned):  # the cluster's node sizes only prune more
         return _nothing_to_run(spec.name, planned), None
     from orchestrator.execution.runner import execute, reap_orphans
@@ -85,6 +89,7 @@ def _run(args: argparse.Namespace) -> tuple[int, Ledger | None]:
     with InterruptGuard():  # from the sweep's creation on, a signal is recorded
         ledger = Ledger.create(Path(args.spec).read_text(), spec.name, root,
                                _request_file(spec, Path(args.spec).parent))
+        _keep_task_folder(spec, ledger.dir)
         try:
             n_ok = sum(p.feasible for p in planned)
             _print(f"sweep {ledger.sweep_id}: {_header(spec, len(planned), n_ok)} on "
@@ -114,6 +119,21 @@ def cmd_resume(args: argparse.Namespace) -> int:
             code = _interrupted(ledger)
         doc.update(sweep_document(ledger, code))
     return code
+
+
+def _keep_task_folder(spec: SweepSpec, sweep_dir: Path) -> None:
+    """A quality task folder given relative to the spec is copied to the same place in the
+    sweep folder, so ``resume`` (which reads the sweep's spec.yaml) finds it."""
+    import shutil
+
+    q = spec.quality
+    if q is None or q.task is None or q.task.include_path is None:
+        return
+    rel = Path(q.task.include_path)
+    src = spec.quality_task_dir()
+    if rel.is_absolute() or src is None:
+        return
+    shutil.copytree(src, sweep_dir / rel, dirs_exist_ok=True)
 
 
 def _request_file(spec: SweepSpec, spec_dir: Path) -> Path | None:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from actors.contracts.quality import QualityResult, QualityStatus
 from actors.contracts.results import LevelResult, TrialResult
 
 __all__ = ["Progress", "level_line"]
@@ -94,6 +95,11 @@ class Progress:
                      + (f", band {c.band:.1%}" if c.band is not None else "")
                      + (f" ({c.note})" if c.note else ""))
 
+        elif kind == "quality_started":
+            self.say("         quality run (task / agreement) on the warm server ...")
+        elif kind == "quality":
+            self.say(f"         quality: {quality_line(data['quality'])}")
+
     def trial_finished(self, result: TrialResult) -> None:
         self.done += 1
         status = result.status.value
@@ -104,3 +110,22 @@ class Progress:
 
     def pruned(self, label: str, reason: str) -> None:
         self.say(f"[{self._elapsed()}] infeasible {label}: {reason}")
+
+
+def quality_line(q: QualityResult) -> str:
+    """One line of a quality run: the task's score, the agreement, or why none."""
+    if q.status is not QualityStatus.MEASURED:
+        return f"{q.status.value}: {q.message[:160]}"
+    parts = []
+    if q.task is not None:
+        t = q.task
+        parts.append(f"{t.task} {t.metric} ({t.filter}) {100 * t.score:.1f} "
+                     f"± {100 * t.stderr:.1f} over {t.n} questions in {t.wall_s:.0f} s")
+    a = q.agreement
+    if a is not None and a.identical_share is not None:
+        parts.append(f"agreement {a.identical_share:.1%} identical, first divergence "
+                     f"at {a.mean_first_divergence:.1f}")
+    elif a is not None:
+        parts.append(f"agreement reference: {a.n} continuations")
+    return "; ".join(parts) or "measured"
+

@@ -100,6 +100,33 @@ def predict_sweep(planned: list[PlannedTrial], spec: SweepSpec,
     else:
         preds_for_time = preds
     parallel = max(1, spec.cluster.max_concurrent_trials or 1)
-    trials = sum(p.total_s + overheads.per_trial_s for p in preds_for_time) / parallel
+    quality = {p.config.key(): quality_run_s(spec, p.config) for p in planned if p.feasible}
+    trials = sum(p.total_s + overheads.per_trial_s + quality.get(p.key, 0.0)
+                 for p in preds_for_time) / parallel
     total = overheads.driver_start_s + overheads.ray_start_s + trials + overheads.report_s
     return preds, total
+
+
+#: what a quality run costs (benchmarks/README.md, "quality run"): lm-eval's start
+#: (imports, task build), a question's greedy answer at lm-eval's default concurrency (4),
+#: one agreement token; a question of the trained arithmetic task answers in ~15 tokens
+LM_EVAL_START_S = 25.0
+QUESTION_S = 0.15
+AGREEMENT_TOKEN_S = 0.01
+DEFAULT_QUESTIONS = 1000  # a task without quality.task.limit: a guess at its size
+
+
+def quality_run_s(spec: SweepSpec, cfg: TrialConfig) -> float:
+    """The estimated wall time of one trial's quality run (0: none, or the sim)."""
+    q = spec.quality
+    if q is None or cfg.engine == "sim":
+        return 0.0
+    s = 0.0
+    if q.task is not None:
+        n = q.task.limit or DEFAULT_QUESTIONS
+        s += LM_EVAL_START_S + n * QUESTION_S
+    if q.agreement is not None:
+        a = q.agreement
+        s += 2 * a.prompts * a.output_tokens * AGREEMENT_TOKEN_S / 4
+    return s
+

@@ -75,6 +75,60 @@ class RegimeVerdict:
 
 
 @dataclass(frozen=True)
+class QualityChange:
+    """One config's quality in both sweeps: B's score minus A's with its 95% interval
+    (paired over the questions both answered where both kept them)."""
+
+    identity: str
+    label: str
+    unit: str
+    a_score: float
+    b_score: float
+    change: float
+    lo: float
+    hi: float
+    paired: bool
+
+    @property
+    def significant(self) -> bool:
+        return self.lo > 0 or self.hi < 0
+
+
+def quality_changes(results_a: list[TrialResult],
+                    results_b: list[TrialResult]) -> list[QualityChange]:
+    """Configs (by identity) with a quality score in both sweeps."""
+    from orchestrator.planning.quality import paired_drop
+
+    def scored(results: list[TrialResult]) -> dict[str, TrialResult]:
+        return {r.config.identity(): r for r in results
+                if r.quality_verdict is not None and r.quality_verdict.score is not None}
+
+    a, b = scored(results_a), scored(results_b)
+    out = []
+    for ident in sorted(set(a) & set(b), key=lambda i: a[i].config.label()):
+        ra, rb = a[ident], b[ident]
+        va, vb = ra.quality_verdict, rb.quality_verdict
+        assert va is not None and vb is not None and va.score is not None \
+            and vb.score is not None
+        scale = 100.0 if va.unit == "points" else 1.0
+        ta = ra.quality.task if ra.quality is not None else None
+        tb = rb.quality.task if rb.quality is not None else None
+        d = None
+        if ta is not None and tb is not None and va.unit == "points":
+            d = paired_drop({i: scale * x for i, x in zip(tb.doc_ids, tb.per_question)},
+                            {i: scale * x for i, x in zip(ta.doc_ids, ta.per_question)})
+        change = vb.score - va.score
+        if d is not None:  # paired_drop gives B minus A here (B passed as "reference")
+            lo, hi, paired = d.lo, d.hi, True
+        else:
+            half = 1.96 * math.hypot(va.stderr or 0.0, vb.stderr or 0.0)
+            lo, hi, paired = change - half, change + half, False
+        out.append(QualityChange(ident, ra.config.label(), va.unit, va.score, vb.score,
+                                 change, lo, hi, paired))
+    return out
+
+
+@dataclass(frozen=True)
 class Comparison:
     sweep_a: str
     sweep_b: str
@@ -83,13 +137,16 @@ class Comparison:
     only_a: list[str]  # labels of configs only sweep A measured
     only_b: list[str]
     workloads_differ: list[str] = field(default_factory=list)  # forced: what differs
+    quality: list[QualityChange] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"sweep_a": self.sweep_a, "sweep_b": self.sweep_b,
                 "levels": [asdict(x) for x in self.levels],
                 "regimes": [asdict(x) for x in self.regimes],
                 "only_a": self.only_a, "only_b": self.only_b,
-                "workloads_differ": self.workloads_differ}
+                "workloads_differ": self.workloads_differ,
+                "quality": [dict(asdict(x), significant=x.significant)
+                            for x in self.quality]}
 
 
 def _per_config(results: list[TrialResult]) -> pd.DataFrame:
@@ -191,7 +248,8 @@ def compare_sweeps(spec_a: SweepSpec, results_a: list[TrialResult], id_a: str,
     return Comparison(id_a, id_b, changes, regimes,
                       sorted(v for k, v in labels_a.items() if k not in labels_b),
                       sorted(v for k, v in labels_b.items() if k not in labels_a),
-                      workload_differences(spec_a, spec_b))
+                      workload_differences(spec_a, spec_b),
+                      quality_changes(results_a, results_b))
 
 
 def _winner_text(r: RegimeVerdict) -> str:
@@ -216,6 +274,17 @@ def _rows(cmp: Comparison) -> tuple[Table, Table]:
     return regimes, levels
 
 
+def _quality_table(cmp: Comparison) -> Table:
+    def f(x: float, unit: str) -> str:
+        return f"{x:+.1f}" if unit == "points" else f"{x:+.1%}"
+
+    return Table(["config", "A score", "B score", "change [95% CI]", "verdict"], [
+        [q.label, f(q.a_score, q.unit).lstrip("+"), f(q.b_score, q.unit).lstrip("+"),
+         f"{f(q.change, q.unit)} [{f(q.lo, q.unit)}, {f(q.hi, q.unit)}]"
+         + (" paired" if q.paired else ""),
+         "significant" if q.significant else "not significant"] for q in cmp.quality])
+
+
 def _differ_lines(cmp: Comparison) -> list[str]:
     if not cmp.workloads_differ:
         return []
@@ -232,6 +301,9 @@ def render_comparison_text(cmp: Comparison) -> str:
            f"identity; {len({x.identity for x in cmp.levels})} config(s) in both)", "",
            "Per load regime:", table_text(regimes.headers, regimes.rows), "",
            "Per config and level:", table_text(levels.headers, levels.rows)]
+    if cmp.quality:
+        q = _quality_table(cmp)
+        out += ["", "Quality (B minus A, per config):", table_text(q.headers, q.rows)]
     for side, labels in (("A", cmp.only_a), ("B", cmp.only_b)):
         if labels:
             out += ["", f"Only in {side}: " + "; ".join(labels)]
@@ -246,6 +318,8 @@ def comparison_sections(cmp: Comparison) -> list[Section]:
         "measured (matched by config identity), each change judged against its noise band.",
         regimes)
     rest = Section("Per config and level", "levels").add(levels)
+    if cmp.quality:
+        rest.add("Quality (B minus A, per config):", _quality_table(cmp))
     only = Section("Measured in one sweep only", "only").add(
         f"Only in A: {'; '.join(cmp.only_a) or 'none'}",
         f"Only in B: {'; '.join(cmp.only_b) or 'none'}")

@@ -24,6 +24,7 @@ from orchestrator.results.page_blocks import Section, Table
 from orchestrator.results.page_blocks import n_text as _n
 from orchestrator.results.page_levels import REGIME_HEADERS, flags_section, regimes_rows
 from orchestrator.results.page_traffic import capacity_section, traffic_section
+from orchestrator.results.quality_view import quality_cell, quality_section
 from orchestrator.spec import SweepSpec
 
 __all__ = ["Section", "Table", "build_sections", "render_html", "render_markdown",
@@ -65,11 +66,14 @@ def _front(rf: pd.DataFrame) -> set[str]:
     return keep
 
 
-def _winner_rows(ws: list[Winner], band: float) -> list[list[str]]:
+def _winner_rows(ws: list[Winner], band: float,
+                 accuracy: dict[str, str] | None = None) -> list[list[str]]:
     rows = []
+    acc = accuracy or {}
     for w in ws:
         if w.key is None:
-            rows.append([w.name, "-", "-", "-", "-", w.note or "no winner"])
+            rows.append([w.name, "-", "-", "-", "-", w.note or "no winner"]
+                        + (["-"] if accuracy is not None else []))
             continue
         margin = "-" if w.margin is None else f"+{100 * w.margin:.1f}%"
         verdict = ("within noise" if w.within_noise else
@@ -77,7 +81,8 @@ def _winner_rows(ws: list[Winner], band: float) -> list[list[str]]:
         rows.append([w.name, w.label or "", _n(w.output_tok_s), margin,
                      f"{100 * max(band, w.noise_band):.1f}%",
                      f"{verdict} (vs {w.runner_up or '-'})"
-                     + (f"; median of {w.repeats} restarts" if w.repeats > 1 else "")])
+                     + (f"; median of {w.repeats} restarts" if w.repeats > 1 else "")]
+                    + ([acc.get(w.key, "-")] if accuracy is not None else []))
     return rows
 
 
@@ -134,8 +139,10 @@ def build_sections(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
             "levels; a config must be valid at all of them):",
             Table(REGIME_HEADERS, regimes_rows(spec, results)),
             "Every level:")
-    win.add(Table(["level", "winner", "out tok/s", "margin", "noise band", "verdict"],
-                  _winner_rows(ws, band)))
+    accuracy = {r.key: quality_cell(r) for r in results} if spec.quality else None
+    win.add(Table(["level", "winner", "out tok/s", "margin", "noise band", "verdict"]
+                  + (["accuracy (drop [95% CI])"] if accuracy is not None else []),
+                  _winner_rows(ws, band, accuracy)))
     per_gpu = winners(_per_gpu(results), spec.slo, band, w.trust_usage)
     win.add(crossover_chart(ws),
             "Per GPU (output tok/s divided by TP) the winners are:",
@@ -171,7 +178,9 @@ def build_sections(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                     "output_tok_s", ascending=False).iterrows()]))
     sections.append(pareto)
     slo_cap = capacity_section(spec, results)
-    sections += ([slo_cap] if slo_cap else []) + [flags_section(results),
+    quality = quality_section(spec, results)
+    sections += ([slo_cap] if slo_cap else []) + ([quality] if quality else []) + [
+                 flags_section(results),
                                                   traffic_section(spec, results),
                                                   _capacity(results), _verification(results),
                  _failures(results),

@@ -145,6 +145,13 @@ def trial_record(result: TrialResult, sweep_id: str, trial_dir: Path | None,
             metrics += [(f"{curve}client_cpu_frac", lv.client.cpu_frac, step),
                         (f"{curve}client_loop_lag_p99_ms", lv.client.loop_lag_p99_ms, step),
                         (f"{curve}client_reads_kept", float(lv.client.reads_kept), step)]
+    verdict = result.quality_verdict
+    if verdict is not None:  # accuracy beside speed, against the reference
+        from orchestrator.results.quality_view import quality_metrics
+
+        metrics += [(k, x, 0) for k, x in quality_metrics(result).items()]
+        tags["quality.gate"] = verdict.gate.value
+        tags["quality.note"] = verdict.note[:500]
     if result.startup_s is not None:
         metrics.append(("startup_s", result.startup_s, 0))
     compile_s = result.applied.facts.get("compile_s")  # torch.compile, from the server's log

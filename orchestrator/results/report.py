@@ -10,6 +10,13 @@ from actors.contracts.results import TrialResult
 from actors.contracts.states import LevelFlag, TrialStatus
 from orchestrator.results.analysis import crossovers, winners
 from orchestrator.results.page_levels import REGIME_HEADERS, flag_legend, regimes_rows
+from orchestrator.results.quality_view import (
+    QUALITY_HEADERS,
+    quality_cell,
+    quality_json,
+    quality_rows,
+    quality_section,
+)
 from orchestrator.spec import SweepSpec
 
 __all__ = ["render_text", "report_json", "winners_export", "table_text", "shorten"]
@@ -51,9 +58,11 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
     if any(r.time_scale != 1.0 for r in results):
         parts.append("(sim time scaled: latencies and throughputs shown in simulated time)")
     rows = []
+    by_key = {r.key: r for r in results}
     for win in ws:
         if win.key is None:
-            rows.append([win.name, "-", "-", "-", "-", "-", win.note])
+            rows.append([win.name, "-", "-", "-", "-", "-", win.note]
+                        + (["-"] if spec.quality else []))
             continue
         margin = "-" if win.margin is None else f"+{100 * win.margin:.1f}%"
         if win.within_noise:
@@ -61,12 +70,19 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
         flags = f"  [{win.note}]" if win.note else ""  # the winning level's own flags
         rows.append([win.name, win.label or "", _n(win.output_tok_s, ".1f"),
                      _n(win.ttft_p50_ms, ".1f"), _n(win.ttft_p99_ms, ".1f"),
-                     _n(win.itl_p50_ms, ".2f"), f"{margin} vs {win.runner_up or '-'}{flags}"])
+                     _n(win.itl_p50_ms, ".2f"), f"{margin} vs {win.runner_up or '-'}{flags}"]
+                    + ([quality_cell(by_key[win.key])] if spec.quality else []))
     parts.append(f"\nWinner per level (highest {spec.search.objective.value} among "
                  "valid levels"
                  + (" meeting the SLO" if spec.slo.model_dump(exclude_none=True) else "") + "):")
     parts.append(table_text(["level", "winner", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
-                         "ITL p50 ms", "margin to runner-up"], rows))
+                             "ITL p50 ms", "margin to runner-up"]
+                            + (["accuracy (drop [95% CI])"] if spec.quality else []), rows))
+    if spec.quality is not None:
+        section = quality_section(spec, results)
+        assert section is not None
+        parts.append("\n" + str(section.blocks[0]))
+        parts.append(table_text(QUALITY_HEADERS, quality_rows(results)))
     parts.append("\nEvery load regime (its winner by the search's own score):")
     parts.append(table_text(REGIME_HEADERS, regimes_rows(spec, results)))
     legend = flag_legend(results)
@@ -139,6 +155,7 @@ def report_json(spec: SweepSpec, results: list[TrialResult], sweep_id: str) -> d
                     "startup_s": r.startup_s,
                     "compile_s": r.applied.facts.get("compile_s"), "time_scale": r.time_scale,
                     "capacity": r.capacity.model_dump() if r.capacity else None,
+                    "quality": quality_json(r),
                     "levels": [dict(lv.model_dump(mode="json"), key=lv.key)
                                for lv in r.levels]}
                    for r in results],
