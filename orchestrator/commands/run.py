@@ -122,18 +122,17 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _keep_task_folder(spec: SweepSpec, sweep_dir: Path) -> None:
-    """A quality task folder given relative to the spec is copied to the same place in the
-    sweep folder, so ``resume`` (which reads the sweep's spec.yaml) finds it."""
+    """The quality task's folder is copied into the sweep (``quality-task/``): every trial,
+    ``resume`` and ``report`` read the task the sweep started with."""
     import shutil
 
-    q = spec.quality
-    if q is None or q.task is None or q.task.include_path is None:
-        return
-    rel = Path(q.task.include_path)
+    from orchestrator.spec.quality_checks import SWEEP_TASK_DIR
+
     src = spec.quality_task_dir()
-    if rel.is_absolute() or src is None:
+    if src is None:
         return
-    shutil.copytree(src, sweep_dir / rel, dirs_exist_ok=True)
+    shutil.copytree(src, sweep_dir / SWEEP_TASK_DIR, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.safetensors", "*.bin"))
 
 
 def _request_file(spec: SweepSpec, spec_dir: Path) -> Path | None:

@@ -28,7 +28,7 @@ from actors.contracts.config import TrialConfig
 from actors.contracts.quality import GateOn, QualitySpec
 from actors.engines import adapter_names, get_adapter
 
-__all__ = ["min_questions", "check_quality", "check_task_files", "task_dir",
+__all__ = ["min_questions", "check_quality", "check_task_files", "task_dir", "SWEEP_TASK_DIR",
            "lm_eval_path", "preflight_quality"]
 
 _TASK_FILES = 200  # YAMLs read to find a task's definition
@@ -54,11 +54,6 @@ def check_quality(q: QualitySpec, engines: set[str]) -> None:
     if unknown:
         raise ValueError(f"quality.reference: {', '.join(unknown)} not a config field; use "
                          f"any of: {', '.join(sorted(TrialConfig.model_fields))}")
-    if q.task is not None and q.task.include_path is not None:
-        p = Path(q.task.include_path)
-        if not p.is_absolute() and ".." in p.parts:
-            raise ValueError("quality.task.include_path: give an absolute path or one inside "
-                             "the spec's folder (the sweep keeps a copy of it)")
     if q.max_drop is None:
         return
     need = min_questions(q.max_drop, q.gate)
@@ -73,12 +68,20 @@ def check_quality(q: QualitySpec, engines: set[str]) -> None:
                          f"{need}): raise prompts or max_drop")
 
 
+#: a sweep keeps a copy of its task folder here (``run``), which ``resume`` reads
+SWEEP_TASK_DIR = "quality-task"
+
+
 def task_dir(q: QualitySpec, base_dir: Path | None) -> Path | None:
-    """The task folder, absolute (relative paths start at the spec's folder)."""
+    """The task folder, absolute: relative paths start at the spec's folder; a spec read
+    from a sweep folder (``resume``, ``report``) uses the sweep's copy."""
     if q.task is None or q.task.include_path is None:
         return None
+    if base_dir is not None and (base_dir / "ledger.jsonl").is_file() \
+            and (base_dir / SWEEP_TASK_DIR).is_dir():
+        return (base_dir / SWEEP_TASK_DIR).resolve()
     p = Path(q.task.include_path).expanduser()
-    return p if p.is_absolute() else (base_dir or Path.cwd()) / p
+    return (p if p.is_absolute() else (base_dir or Path.cwd()) / p).resolve()
 
 
 def _task_yaml(folder: Path, name: str) -> tuple[Path, dict[str, Any]] | None:
