@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Train a small Llama on addition word problems (GSM8K answer format), locally.
+
+    <venv-vllm>/bin/python deploy/quality/train_arith_model.py OUT_DIR \
+        [--size tiny|h200] [--seed 0] [--device cpu|cuda] [--steps N]
+
+Contract:
+- Problem: `Question: What is A plus B?\\nAnswer:` -> ` A + B = S\\n#### S` then `</s>`.
+  `tiny`: A, B two-digit (10-99); `h200`: three-digit (100-999).
+- Tokenizer: byte-level, no merges (every character, so every digit, is one token),
+  specials `<s>` `</s>` `<pad>` + chat roles and chat template as in
+  deploy/vllm-cpu/make_tiny_model.py; BOS is added to text. Saved as an HF fast tokenizer.
+- Model: `LlamaForCausalLM` trained from scratch (loss on answer tokens only), seeded
+  (torch, random, numpy), fixed data order, 2 torch threads on cpu, bf16 autocast on cuda;
+  saved with save_pretrained (safetensors, bfloat16) + generation_config.
+- Writes OUT_DIR/eval/test.jsonl (N_EVAL held-out problems, disjoint from training,
+  fields `question`, `answer` ending `#### S`) and OUT_DIR/train_report.json (seed, size,
+  steps, wall_s, threads, exact_match, n) where exact_match is greedy decoding of the
+  saved bf16 model with HF transformers, scored on the number after `#### `.
+- Exit 1 if exact_match < the size's target (TARGET); exit 0 at once if OUT_DIR already
+  holds config.json, tokenizer.json and a train_report.json with the same size and seed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+SPECIALS = ["<s>", "</s>", "<pad>", "<|system|>", "<|user|>", "<|assistant|>"]
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>\n' + message['content'] + eos_token + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
+)
+N_EVAL = 500
+SIZES = {  # model shape, digits per operand, optimisation
+    "tiny": dict(hidden=192, inter=512, layers=3, heads=6, kv=2, digits=2,
+                 steps=600, batch=64, lr=3e-3, target=0.80),
+    "h200": dict(hidden=384, inter=1024, layers=6, heads=6, kv=2, digits=3,
+                 steps=3000, batch=256, lr=1e-3, target=0.90),
+}
+ANSWER_RE = re.compile(r"#### (-?[0-9.,]+)")
+
+
+def question(a: int, b: int) -> str:
+    return f"What is {a} plus {b}?"
+
+
+def prompt(q: str) -> str:
+    return f"Question: {q}\nAnswer:"
+
+
+def answer(a: int, b: int) -> str:
+    return f" {a} + {b} = {a + b}\n#### {a + b}"
+
+
+def split(digits: int, seed: int) -> tuple[list[tuple[int, int]], set[tuple[int, int]]]:
+    """Held-out pairs (seeded) and the set to exclude from training."""
+    lo, hi = 10 ** (digits - 1), 10**digits - 1
+    rng = random.Random(f"eval-{seed}-{digits}")
+    held: list[tuple[int, int]] = []
+    seen: set[tuple[int, int]] = set()
+    while len(held) < N_EVAL:
+        p = (rng.randint(lo, hi), rng.randint(lo, hi))
+        if p not in seen:
+            seen.add(p)
+            held.append(p)
+    return held, seen
+
+
+def build_tokenizer(out: Path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {t: i for i, t in enumerate(SPECIALS + alphabet)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.add_special_tokens(SPECIALS)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", vocab["<s>"])]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+        additional_special_tokens=SPECIALS[3:], model_max_length=512,
+        clean_up_tokenization_spaces=False,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out)
+    return fast
+
+
+def encode_batch(tok, pairs, device):
+    """Right-padded ids [BOS prompt answer EOS]; labels -100 except answer + EOS."""
+    import torch
+
+    ps = tok([prompt(question(a, b)) for a, b in pairs])["input_ids"]
+    ts = tok([answer(a, b) for a, b in pairs], add_special_tokens=False)["input_ids"]
+    rows = [p + t + [tok.eos_token_id] for p, t in zip(ps, ts)]
+    labs = [[-100] * len(p) + t + [tok.eos_token_id] for p, t in zip(ps, ts)]
+    n = max(map(len, rows))
+    ids = [r + [tok.pad_token_id] * (n - len(r)) for r in rows]
+    lab = [r + [-100] * (n - len(r)) for r in labs]
+    return torch.tensor(ids, device=device), torch.tensor(lab, device=device)
+
+
+def train(out: Path, tok, cfg: dict, args) -> int:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    lo, hi = 10 ** (cfg["digits"] - 1), 10 ** cfg["digits"] - 1
+    _, held = split(cfg["digits"], args.seed)
+    rng = random.Random(f"train-{args.seed}")
+    mcfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=cfg["hidden"], intermediate_size=cfg["inter"],
+        num_hidden_layers=cfg["layers"], num_attention_heads=cfg["heads"],
+        num_key_value_heads=cfg["kv"], max_position_embeddings=512, rms_norm_eps=1e-5,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id, tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(mcfg).to(args.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(0.9, 0.98),
+                            weight_decay=0.01)
+    steps, warm = args.steps or cfg["steps"], 50
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * (
+        0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))) + 0.02)
+    cuda = args.device == "cuda"
+    model.train()
+    t0 = time.monotonic()
+    for step in range(steps):
+        pairs = []
+        while len(pairs) < cfg["batch"]:
+            p = (rng.randint(lo, hi), rng.randint(lo, hi))
+            if p not in held:
+                pairs.append(p)
+        ids, lab = encode_batch(tok, pairs, args.device)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+            loss = model(input_ids=ids, labels=lab).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 100 == 0 or step == steps - 1:
+            print(f"step {step} loss {loss.item():.4f} t {time.monotonic() - t0:.1f}s", flush=True)
+    model = model.to(torch.bfloat16)
+    for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(model.generation_config, k, getattr(tok, k))
+    model.save_pretrained(out, safe_serialization=True)
+    return steps, sum(p.numel() for p in model.parameters())
+
+
+def evaluate(model_dir: Path, device: str = "cpu", batch: int = 100) -> tuple[float, int]:
+    """Greedy exact match of the saved model on model_dir/eval/test.jsonl."""
+    import torch
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.padding_side = "left"
+    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device)
+    model.eval()
+    docs = [json.loads(x) for x in (model_dir / "eval" / "test.jsonl").read_text().splitlines()]
+    ok = 0
+    for i in range(0, len(docs), batch):
+        chunk = docs[i:i + batch]
+        enc = tok([prompt(d["question"]) for d in chunk], return_tensors="pt",
+                  padding=True).to(device)
+        with torch.no_grad():
+            gen = model.generate(**enc, max_new_tokens=32, do_sample=False,
+                                 pad_token_id=tok.pad_token_id)
+        for d, g in zip(chunk, tok.batch_decode(gen[:, enc["input_ids"].shape[1]:],
+                                                skip_special_tokens=True)):
+            m = ANSWER_RE.search(g.split("\n\n")[0])
+            ok += bool(m) and m.group(1) == d["answer"].split("#### ")[-1]
+    return ok / len(docs), len(docs)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--steps", type=int, default=0, help="override (sanity runs only)")
+    args = ap.parse_args()
+    out = Path(args.out_dir).resolve()
+    rep = out / "train_report.json"
+    if all((out / f).is_file() for f in ("config.json", "tokenizer.json", rep.name)):
+        r = json.loads(rep.read_text())
+        if (r.get("size"), r.get("seed")) == (args.size, args.seed) and (
+                r["exact_match"] >= r["target"]):
+            print(f"arith model already present at {out} (em {r['exact_match']}); nothing to do")
+            return 0
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import numpy as np
+    import torch
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    threads = 2 if args.device == "cpu" else torch.get_num_threads()
+    torch.set_num_threads(threads)
+    cfg = SIZES[args.size]
+    t0 = time.monotonic()
+    (out / "eval").mkdir(parents=True, exist_ok=True)
+    held, _ = split(cfg["digits"], args.seed)
+    with open(out / "eval" / "test.jsonl", "w") as f:
+        for a, b in held:
+            f.write(json.dumps({"question": question(a, b), "answer": answer(a, b).strip()}) + "\n")
+    tok = build_tokenizer(out)
+    steps, params = train(out, tok, cfg, args)
+    train_s = time.monotonic() - t0
+    em, n = evaluate(out, args.device)
+    report = dict(seed=args.seed, size=args.size, device=args.device, steps=steps,
+                  digits=cfg["digits"], train_wall_s=round(train_s, 1),
+                  wall_s=round(time.monotonic() - t0, 1), threads=threads,
+                  exact_match=em, n=n, target=cfg["target"], params=params)
+    rep.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report))
+    return 0 if em >= cfg["target"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
