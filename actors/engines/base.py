@@ -65,9 +65,18 @@ class LaunchContext(BaseModel):
     sim: SimOptions = SimOptions()
     launch: LaunchOptions = LaunchOptions()
     port: int = 0  # 0: the server picks one and logs it (adapters that support it)
+    #: the context a quality run needs (``quality.context_tokens``; 0: none): a server
+    #: whose trial sets no ``max_model_len`` takes the larger of it and the workload's
+    context_tokens: int = 0
     #: a fresh random token per launch attempt (set by the host): what ``identity_name``
     #: puts where the server echoes it; "" outside the host (no echo asked for)
     nonce: str = ""
+
+
+def model_len(trial: TrialConfig, ctx: LaunchContext) -> int:
+    """The context a server is started with: the trial's ``max_model_len``, else room for
+    the workload's longest request and the quality run's prompts and answers."""
+    return trial.max_model_len or max(ctx.workload.request_tokens, ctx.context_tokens)
 
 
 def nonce_alias(ctx: LaunchContext) -> str | None:

@@ -23,6 +23,7 @@ from actors.engines.base import (
     LogEvent,
     MetricsSample,
     last_event,
+    model_len,
     nonce_alias,
 )
 from actors.engines.deploy import NOT_MEASURED, Deployment, Removed
@@ -179,7 +180,7 @@ class SimAdapter(EngineAdapter):
             profile=self._profile(trial), hardware=ctx.hardware, shape=shape,
             settings=settings, served_name=self.served_model_name(ctx),
             aliases=[a for a in (self.identity_name(ctx),) if a],
-            max_model_len=trial.max_model_len or ctx.workload.request_tokens,
+            max_model_len=model_len(trial, ctx),
             time_scale=ctx.sim.time_scale, seed=ctx.sim.seed,
             jitter=0.005 if ex.jitter is None else ex.jitter,
             fault=parse_fault(ex.fault),

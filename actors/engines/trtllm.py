@@ -166,8 +166,8 @@ class TrtllmAdapter(EngineAdapter):
 
     def limits(self, trial: TrialConfig, ctx: LaunchContext) -> tuple[int, int, int]:
         """(max_batch_size, max_num_tokens, max_seq_len) passed on the command line."""
-        seq = trial.max_model_len or ctx.workload.request_tokens + (
-            CHAT_MARGIN_TOKENS if ctx.workload.api == "chat" else 0)
+        seq = trial.max_model_len or max(ctx.context_tokens, ctx.workload.request_tokens + (
+            CHAT_MARGIN_TOKENS if ctx.workload.api == "chat" else 0))
         return (trial.max_num_seqs or DEFAULT_MAX_BATCH,
                 trial.max_num_tokens or DEFAULT_MAX_TOKENS, seq)
 

@@ -38,6 +38,7 @@ from actors.engines.base import (
     LaunchPlan,
     LogEvent,
     MetricsSample,
+    model_len,
     nonce_alias,
 )
 from actors.engines.deploy import Deployment
@@ -245,7 +246,7 @@ class VllmAdapter(EngineAdapter):
                             ("max_num_batched_tokens", trial.max_num_tokens)):
             if value is not None:
                 argv += [_flag(name), str(value)]
-        argv += ["--max-model-len", str(trial.max_model_len or ctx.workload.request_tokens),
+        argv += ["--max-model-len", str(model_len(trial, ctx)),
                  "--gpu-memory-utilization", str(trial.gpu_memory_fraction)]
         opts = ex.options()
         for key in self._INT_FLAGS:

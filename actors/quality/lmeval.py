@@ -1,6 +1,6 @@
 """One lm-evaluation-harness task against a running server, as a subprocess.
 
-``task_argv`` builds the command (an argv list): ``--model local-completions`` (or
+``task_argv`` builds the command (an argv list): ``run --model local-completions`` (or
 ``local-chat-completions`` with ``--apply_chat_template``) at ``<base_url>/v1/completions``,
 greedy (``temperature=0,do_sample=False``), ``--log_samples`` so every question's score
 comes back. It runs offline (``HF_HUB_OFFLINE``, ``HF_DATASETS_OFFLINE``) with the task
@@ -44,7 +44,8 @@ def task_argv(req: QualityRequest, task: QualityTask, out_dir: Path) -> list[str
     gen = "temperature=0,do_sample=False"
     if task.max_gen_toks is not None:
         gen += f",max_gen_toks={task.max_gen_toks}"
-    argv = [req.lm_eval, "--model", "local-chat-completions" if chat else "local-completions",
+    argv = [req.lm_eval, "run", "--model",
+            "local-chat-completions" if chat else "local-completions",
             "--model_args", ",".join(margs), "--tasks", task.name,
             "--output_path", str(out_dir), "--log_samples", "--gen_kwargs", gen,
             "--seed", "0", "--batch_size", "1"]
@@ -91,6 +92,10 @@ def run_task(req: QualityRequest, task: QualityTask) -> TaskScore:
            "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_OFFLINE": "1"}
     if req.api_key:
         env["OPENAI_API_KEY"] = req.api_key
+    if req.include_path and "HF_DATASETS_CACHE" not in os.environ:
+        # a local task's data is cached with the trial, not in the user's home; a built-in
+        # task reads the datasets cache the user filled (``docs/quality.md``)
+        env["HF_DATASETS_CACHE"] = str(out_dir / "datasets-cache")
     log = out_dir / LOG_NAME
     t0 = time.monotonic()
     with log.open("w") as lf:

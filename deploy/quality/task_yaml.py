@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 TEMPLATE = """\
@@ -61,14 +62,19 @@ metadata:
 """
 
 
-def write_task(task_dir: str | Path, data_file: str | Path, name: str = "arith_addition") -> Path:
-    """Write TASK_DIR/NAME.yaml pointing at the absolute DATA_FILE; return its path."""
-    data = Path(data_file).resolve()
+def write_task(task_dir: str | Path, data_file: str | Path, name: str = "arith_addition",
+               relative: bool = False) -> Path:
+    """Write TASK_DIR/NAME.yaml pointing at DATA_FILE (absolute; with ``relative``, as a
+    path relative to TASK_DIR: servesweep runs lm-eval with the task folder as its working
+    directory, so the folder can move, e.g. into a sweep); return its path."""
+    data = Path(data_file)
+    data = (Path(task_dir) / data if relative and not data.is_absolute() else data).resolve()
     if not data.is_file():
         raise FileNotFoundError(data)
     out = Path(task_dir) / f"{name}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(TEMPLATE.format(name=name, data_file=json.dumps(str(data))))
+    where = os.path.relpath(data, out.parent.resolve()) if relative else str(data)
+    out.write_text(TEMPLATE.format(name=name, data_file=json.dumps(where)))
     return out
 
 
@@ -77,8 +83,10 @@ def main() -> None:
     ap.add_argument("task_dir")
     ap.add_argument("data_file")
     ap.add_argument("--name", default="arith_addition")
+    ap.add_argument("--relative", action="store_true",
+                    help="DATA_FILE is relative to TASK_DIR and stays so in the YAML")
     a = ap.parse_args()
-    print(write_task(a.task_dir, a.data_file, a.name))
+    print(write_task(a.task_dir, a.data_file, a.name, a.relative))
 
 
 if __name__ == "__main__":

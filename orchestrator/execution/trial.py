@@ -128,7 +128,9 @@ class TrialExecution:
         return LaunchContext(sweep_id=self.sweep_id, trial_key=self.key,
                              trial_dir=str(self.dir), model=self.spec.model_for(self.cfg),
                              hardware=self.spec.hardware, workload=self.spec.workload,
-                             sim=self.spec.sim, launch=entry.launch)
+                             sim=self.spec.sim, launch=entry.launch,
+                             context_tokens=self.spec.quality.context_tokens
+                             if self.spec.quality is not None else 0)
 
     def _set_deadline(self, seconds: float | None) -> None:
         self.deadline = None if seconds is None else time.monotonic() + seconds

@@ -7,7 +7,8 @@
   trials, is the spec's error (exit 2 before anything starts).
 - ``paired_drop``: the reference's score minus a config's, over the questions both
   answered, with a 95% paired-bootstrap interval (2,000 resamples, seeded: the same inputs
-  give the same interval) and McNemar's exact two-sided p-value where every score is 0/1.
+  give the same interval) and McNemar's exact two-sided p-value where every score is right
+  or wrong (0, or one value: 1, or 100 in points).
 - ``verdict``: a finished trial's ``QualityVerdict`` (``actors.contracts.quality``): the
   gate compares the drop's interval with ``quality.max_drop`` (wholly above: rejected;
   straddling: unproven; wholly at or below: passed).
@@ -115,11 +116,12 @@ def paired_drop(ref: dict[int, float], cfg: dict[int, float]) -> PairedDrop | No
         return None
     diffs = tuple(ref[i] - cfg[i] for i in common)
     lo, hi = _bootstrap(diffs)
-    binary = all(ref[i] in (0.0, 1.0) and cfg[i] in (0.0, 1.0) for i in common)
+    values = {ref[i] for i in common} | {cfg[i] for i in common}
+    right = max(values)  # right/wrong scores: 0 and one value (1, or 100 in points)
     p = None
-    if binary:
-        b = sum(1 for i in common if ref[i] == 1.0 and cfg[i] == 0.0)
-        c = sum(1 for i in common if ref[i] == 0.0 and cfg[i] == 1.0)
+    if values <= {0.0, right}:
+        b = sum(1 for i in common if ref[i] == right and cfg[i] == 0.0)
+        c = sum(1 for i in common if ref[i] == 0.0 and cfg[i] == right)
         p = mcnemar_p(b, c)
     return PairedDrop(len(common), sum(diffs) / len(diffs), lo, hi, p)
 

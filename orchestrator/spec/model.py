@@ -48,6 +48,7 @@ from orchestrator.errors import SpecError
 from orchestrator.spec.quality_checks import (
     check_quality,
     check_task_files,
+    context_problems,
     preflight_quality,
     task_dir,
 )
@@ -233,7 +234,7 @@ class SweepSpec(Frozen):
     @model_validator(mode="after")
     def _quality_applies(self) -> SweepSpec:
         if self.quality is not None:
-            check_quality(self.quality, {e.engine for e in self.space})
+            check_quality(self.quality, self.space)
         for i, e in enumerate(self.space):
             if e.model is not None and e.engine in adapter_names() \
                     and get_adapter(e.engine).serves_presets:
@@ -394,6 +395,8 @@ def preflight(spec: SweepSpec) -> None:
     if spec.quality is not None:
         python = next((e.launch.python for e in spec.space if e.launch.python), None)
         problems += preflight_quality(spec.quality, python)
+        models = {spec.model.path} | {e.model for e in spec.space if e.model}
+        problems += context_problems(spec.quality, sorted(m for m in models if m))
     soft, hard = _nofile()
     top = spec.workload.top_concurrency
     if soft and top + _FD_HEADROOM > soft:

@@ -16,6 +16,7 @@ n >= (0.98 / max_drop)^2, with ``max_drop`` as a share (points / 100).
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import subprocess
@@ -24,12 +25,12 @@ from typing import Any
 
 import yaml
 
-from actors.contracts.config import TrialConfig
+from actors.contracts.config import SpaceEntry, TrialConfig
 from actors.contracts.quality import GateOn, QualitySpec
 from actors.engines import adapter_names, get_adapter
 
 __all__ = ["min_questions", "check_quality", "check_task_files", "task_dir", "SWEEP_TASK_DIR",
-           "lm_eval_path", "preflight_quality"]
+           "lm_eval_path", "preflight_quality", "context_problems"]
 
 _TASK_FILES = 200  # YAMLs read to find a task's definition
 
@@ -44,12 +45,19 @@ def _measures_quality(engine: str) -> bool:
     return engine in adapter_names() and not get_adapter(engine).time_scaled
 
 
-def check_quality(q: QualitySpec, engines: set[str]) -> None:
+def check_quality(q: QualitySpec, entries: list[SpaceEntry]) -> None:
     """Raise ValueError naming the field when the section cannot be honoured."""
+    engines = {e.engine for e in entries}
     if q.max_drop is not None and not any(_measures_quality(e) for e in engines):
         raise ValueError("quality.max_drop gates on accuracy, and every trial of this space "
                          "is the sim, which has no accuracy (its results say 'not measured "
                          "(sim)'): add a real engine's entry, or drop quality.max_drop")
+    for i, e in enumerate(entries):
+        short = [n for n in e.max_model_len if n is not None and n < q.context_tokens]
+        if short and _measures_quality(e.engine):
+            raise ValueError(f"space[{i}].max_model_len: {short[0]} leaves no room for the "
+                             f"quality run's {q.context_tokens} tokens (quality.context_tokens)"
+                             ": raise it, or lower context_tokens")
     unknown = sorted(set(q.reference) - set(TrialConfig.model_fields))
     if unknown:
         raise ValueError(f"quality.reference: {', '.join(unknown)} not a config field; use "
@@ -174,3 +182,20 @@ def preflight_quality(q: QualitySpec, launch_python: str | None) -> list[str]:
         return [f"quality.task.name: lm-eval knows no task {q.task.name!r}; give one it "
                 "lists (`lm_eval ls tasks`), or your own YAML with include_path"]
     return []
+
+
+def context_problems(q: QualitySpec, model_paths: list[str]) -> list[str]:
+    """A local model whose context (``max_position_embeddings``) is shorter than
+    ``quality.context_tokens``: its server would refuse to start."""
+    out = []
+    for path in model_paths:
+        try:
+            cfg = json.loads((Path(path) / "config.json").read_text())
+        except (OSError, ValueError):
+            continue
+        limit = cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None
+        if isinstance(limit, int) and limit < q.context_tokens:
+            out.append(f"quality.context_tokens: {q.context_tokens} exceeds the context of "
+                       f"{path} (max_position_embeddings {limit}): set it to at most {limit}")
+    return out
+

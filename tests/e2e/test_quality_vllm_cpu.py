@@ -111,18 +111,20 @@ def test_both_clean_configs_pass_and_the_degraded_copy_is_rejected(sweep):
     assert ac.logprob_mad < ab.logprob_mad
 
 
-def test_the_rejected_config_never_wins_and_every_view_says_why(sweep, capsys):
+def test_the_rejected_config_never_wins_and_every_view_says_why(sweep, capsys, monkeypatch):
+    monkeypatch.setenv("SERVESWEEP_HOME", str(sweep["home"]))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{sweep['home'] / 'mlflow.db'}")
     ledger = sweep["ledger"]
     bad = _by_role(ledger)["degraded"]
     capsys.readouterr()
-    assert main(["report", ledger.sweep_id, "--json"]) == 0
+    assert main(["report", ledger.sweep_id, "--json", "--no-mlflow"]) == 0
     doc = json.loads(capsys.readouterr().out)
     winners = {w["key"] for w in doc["winners"] if w["key"]}
     assert winners and bad.key not in winners
     trials = {t["key"]: t for t in doc["trials"]}
     q = trials[bad.key]["quality"]
     assert q["gate"] == "rejected" and q["blocks_winning"] and q["drop_lo"] > 20
-    assert main(["report", ledger.sweep_id]) == 0
+    assert main(["report", ledger.sweep_id, "--no-mlflow"]) == 0
     text = capsys.readouterr().out
     assert "accuracy (drop [95% CI])" in text and "rejected" in text
     page = (ledger.dir / "report" / "index.html").read_text()

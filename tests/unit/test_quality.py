@@ -223,3 +223,12 @@ def test_reference_first_runs_the_reference_then_waits_then_never_repeats_it(tmp
     s = ReferenceFirst(GridSearcher(planned, set(done)), ref, done)
     keys = [p.config.key() for p in iter(s.ask, None)]
     assert ref.config.key() not in keys and len(keys) == len(planned) - 1
+
+
+def test_mcnemar_is_given_on_the_points_scale_too():
+    ref = {i: 100.0 for i in range(20)}
+    cfg = {i: (0.0 if i < 10 else 100.0) for i in range(20)}
+    d = paired_drop(ref, cfg)
+    assert d is not None and d.p_value == pytest.approx(mcnemar_p(10, 0))
+    graded = paired_drop({0: 0.5, 1: 1.0}, {0: 0.25, 1: 1.0})  # partial credit: no McNemar
+    assert graded is not None and graded.p_value is None
