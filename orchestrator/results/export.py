@@ -41,6 +41,7 @@ from orchestrator.results.export_ray import dump_yaml, rayservice, serve_config
 from orchestrator.results.export_render import RegimeWinner, render_readme, render_script
 from orchestrator.results.ledger import Ledger
 from orchestrator.results.page import regime_frame, regimes_of
+from orchestrator.results.quality_view import gate_text, quality_cell, quality_json
 from orchestrator.spec import SweepSpec
 
 __all__ = ["RegimeWinner", "RegimeExport", "regime_winners", "export_sweep", "regime_dir"]
@@ -125,7 +126,16 @@ def _facts(spec: SweepSpec, ledger: Ledger, r: TrialResult) -> dict[str, str]:
     w = spec.workload
     hw = get_hardware(spec.hardware)
     gpu = str(r.host.get("gpu_model") or hw.description or hw.name)
-    return {"sweep": ledger.sweep_id, "engine measured": r.config.engine,
+    quality = {}
+    v = r.quality_verdict
+    if v is not None:  # what the winner costs in accuracy, against the reference
+        ref = ledger.results().get(v.reference_key)
+        quality["quality"] = (f"{quality_cell(r)} ({v.unit}; drop vs the reference "
+                              f"{ref.config.label() if ref else v.reference_key} with its 95% "
+                              f"interval), gate {gate_text(v)}, {v.note}"
+                              + (f", McNemar p {v.p_value:.3g}" if v.p_value is not None
+                                 else ""))
+    return {**quality, "sweep": ledger.sweep_id, "engine measured": r.config.engine,
             "engine version": r.versions.get("engine") or r.applied.version or "unknown",
             "GPU model": gpu, "hardware (spec)": spec.hardware,
             "tensor parallelism": str(r.config.tp),
@@ -186,7 +196,8 @@ def _export_one(spec: SweepSpec, ledger: Ledger, win: RegimeWinner, r: TrialResu
         if r.slo_capacity else None  # for replica sizing: requests/s one replica holds
     _write(folder / "deployment.json", json.dumps(
         {"regime": asdict(win), "deployment": dep.model_dump(mode="json"),
-         "slo_capacity": cap, "workload_fingerprint": r.workload_fingerprint or None},
+         "slo_capacity": cap, "workload_fingerprint": r.workload_fingerprint or None,
+         "quality": quality_json(r)},
         indent=1) + "\n")
     files["deployment.json"] = "the winner and the deployment, for scripts | -"
     _write(folder / "README.md", render_readme(win, dep, {**files, "README.md": "this file | -"},

@@ -135,6 +135,13 @@ def test_the_rejected_config_never_wins_and_every_view_says_why(sweep, capsys, m
         f"tags.`servesweep.trial_key` = '{bad.key}'")
     assert runs and runs[0].data.tags["quality.gate"] == "rejected"
     assert runs[0].data.metrics["quality.drop_lo"] > 20
+    out = sweep["home"] / "export"
+    assert main(["export", ledger.sweep_id, "--out", str(out)]) == 0
+    (readme,) = out.rglob("README.md")
+    text = readme.read_text()
+    assert "- quality: ref " in text or "- quality: " in text and "gate passed" in text
+    (dep,) = out.rglob("deployment.json")
+    assert json.loads(dep.read_text())["quality"]["gate"] in ("reference", "passed")
 
 
 def test_resume_reuses_the_quality_results(sweep, capsys, monkeypatch):

@@ -232,3 +232,21 @@ def test_mcnemar_is_given_on_the_points_scale_too():
     assert d is not None and d.p_value == pytest.approx(mcnemar_p(10, 0))
     graded = paired_drop({0: 0.5, 1: 1.0}, {0: 0.25, 1: 1.0})  # partial credit: no McNemar
     assert graded is not None and graded.p_value is None
+
+
+def test_a_gated_config_is_infeasible_to_the_search_like_a_missed_slo(tmp_path):
+    from actors.contracts.quality import QualityVerdict
+    from orchestrator.planning.regimes import trial_scores
+
+    spec = parse_spec(_vllm_spec(tmp_path, task={"name": "a", "limit": 400}, max_drop=10))
+    level = LevelResult(concurrency=1, status="valid", metrics=LevelMetrics(
+        output_tok_s=100.0, total_tok_s=200.0, requests_s=1.0))
+    cfg = TrialConfig(engine="vllm", weights="fp8")
+    base = TrialResult(key=cfg.key(), config=cfg, status=TrialStatus.OK, levels=[level])
+    free = trial_scores(base, spec)["c=1"]
+    assert free.feasible and free.value == pytest.approx(100.0)
+    rejected = QualityVerdict(gate=Gate.REJECTED, measure=GateOn.TASK, unit="points",
+                              drop=30.0, drop_lo=25.0, drop_hi=35.0, max_drop=10.0)
+    gated = trial_scores(base.model_copy(update={"quality_verdict": rejected}), spec)["c=1"]
+    # the value stays what was measured (the search learns the speed); it is infeasible
+    assert gated.value == free.value and not gated.feasible and gated.violation > 15
