@@ -250,3 +250,20 @@ def test_a_gated_config_is_infeasible_to_the_search_like_a_missed_slo(tmp_path):
     gated = trial_scores(base.model_copy(update={"quality_verdict": rejected}), spec)["c=1"]
     # the value stays what was measured (the search learns the speed); it is infeasible
     assert gated.value == free.value and not gated.feasible and gated.violation > 15
+
+
+def test_compare_pairs_a_configs_quality_across_two_sweeps():
+    from orchestrator.results.compare import quality_changes
+
+    q = _spec_q(max_drop=10)
+    cfg = TrialConfig(engine="vllm", kv_dtype="fp8")
+    a = _result(cfg, _task([1.0] * 380 + [0.0] * 20))
+    b = _result(cfg, _task([1.0] * 300 + [0.0] * 100))
+    ref = _result(TrialConfig(engine="vllm"), _task([1.0] * 400))
+    a = a.model_copy(update={"quality_verdict": verdict(q, a, ref, ref.key)})
+    b = b.model_copy(update={"quality_verdict": verdict(q, b, ref, ref.key)})
+    (change,) = quality_changes([a], [b])
+    assert change.paired and change.change == pytest.approx(75.0 - 95.0)
+    assert change.hi < 0 and change.significant  # B lost 20 points, beyond its interval
+    (same,) = quality_changes([a], [a])
+    assert same.change == 0 and not same.significant
