@@ -119,7 +119,7 @@ DEFAULT_QUESTIONS = 1000  # a task without quality.task.limit: a guess at its si
 def quality_run_s(spec: SweepSpec, cfg: TrialConfig) -> float:
     """The estimated wall time of one trial's quality run (0: none, or the sim)."""
     q = spec.quality
-    if q is None or cfg.engine == "sim":
+    if q is None or get_adapter(cfg.engine).time_scaled:  # the sim has no accuracy
         return 0.0
     s = 0.0
     if q.task is not None:

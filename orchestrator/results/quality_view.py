@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.contracts.quality import Gate, QualityVerdict
+from actors.contracts.quality import Gate, QualityStatus, QualityVerdict
 from actors.contracts.results import TrialResult
 from orchestrator.results.page_blocks import Section, Table
 from orchestrator.spec import SweepSpec
@@ -42,7 +42,8 @@ def quality_cell(r: TrialResult) -> str:
     if v.gate is Gate.REFERENCE:
         return f"ref {_num(v.score, v.unit)}"
     if v.score is None:
-        return "not measured (sim)" if "sim" in v.note else "not measured"
+        sim = r.quality is not None and r.quality.status is QualityStatus.NOT_MEASURED_SIM
+        return "not measured (sim)" if sim else "not measured"
     if v.drop is None:
         return _num(v.score, v.unit)
     return (f"{_num(v.score, v.unit)} (-{_num(v.drop, v.unit)} "
