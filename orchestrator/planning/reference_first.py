@@ -4,8 +4,11 @@ Every quality delta is paired against the reference config's answers, and agreem
 compares each config's continuations with the reference's, so the reference runs before
 any other trial, whatever the sampler (grid, Optuna's, guided). Until its result is told,
 ``ask`` returns None with ``waiting`` set (the controller keeps polling rather than ending
-the search). When the wrapped searcher later proposes the reference itself, it is told the
-known result at once and asked again, so no config runs twice.
+the search). Its result is then told to the wrapped searcher as any trial's is (an Optuna
+study learns from it; it counts toward the budget, so a resumed search, which finds it in
+the ledger, runs the same number of trials). When the wrapped searcher later proposes the
+reference itself, it is told the known result at once and asked again, so no config runs
+twice.
 """
 
 from __future__ import annotations
@@ -53,7 +56,6 @@ class ReferenceFirst(Searcher):
     def tell(self, planned: PlannedTrial, result: TrialResult) -> None:
         if planned.config.key() == self.key:
             self.result = result
-            return
         self.inner.tell(planned, result)
 
     @property

@@ -279,6 +279,7 @@ class StudySearcher(Searcher):
 
         key = planned.config.key()
         self.done[key] = result
+        self._seen.add(key)  # a trial told without an ask (the quality reference) too
         self.budget.finished(result)
         scores = trial_scores(result, self.spec)
         asked = self._asked.pop(key, None)
