@@ -34,7 +34,7 @@ ALLOWED = {
         "under, not the engine",
     ("orchestrator/planning/budget.py", "sim"):
         "the spec's `sim:` section (its time scale set to 1 for real durations), not the engine",
-    ("orchestrator/planning/guided.py", "sim"):
+    ("orchestrator/planning/search/guided.py", "sim"):
         "the spec's `sim:` section (the recalibrated profiles), not the engine",
 }
 

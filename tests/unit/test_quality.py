@@ -26,8 +26,8 @@ from orchestrator.errors import SpecError
 from orchestrator.planning.eligibility import Ineligible, why_not
 from orchestrator.planning.plan import PlannedTrial, plan_sweep
 from orchestrator.planning.quality import mcnemar_p, paired_drop, reference_trial, verdict
-from orchestrator.planning.reference_first import ReferenceFirst
-from orchestrator.planning.searcher import GridSearcher
+from orchestrator.planning.search.grid import GridSearcher
+from orchestrator.planning.search.reference_first import ReferenceFirst
 from orchestrator.spec import parse_spec
 from orchestrator.spec.quality_checks import check_task_files, min_questions
 from tests.conftest import minimal_spec

@@ -7,8 +7,8 @@ import optuna
 from actors.contracts.results import LevelMetrics, LevelResult, TrialResult
 from actors.contracts.states import TrialStatus
 from orchestrator.planning.plan import plan_sweep
-from orchestrator.planning.samplers import StudySearcher
 from orchestrator.planning.search import GridSearcher, objective_value
+from orchestrator.planning.search.study import StudySearcher
 from orchestrator.spec import parse_spec
 from tests.conftest import minimal_spec
 

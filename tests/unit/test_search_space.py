@@ -7,11 +7,11 @@ import pytest
 from actors.contracts.results import LevelMetrics, LevelResult, TrialResult
 from actors.contracts.states import FailureClass, TrialStatus
 from orchestrator.errors import SpecError
-from orchestrator.planning.guided import GuidedSearcher
 from orchestrator.planning.model_view import model_error, predicted_result
 from orchestrator.planning.plan import plan_sweep, spec_shape
 from orchestrator.planning.regimes import best_per_regime, trial_scores
-from orchestrator.planning.samplers import StudySearcher
+from orchestrator.planning.search.guided import GuidedSearcher
+from orchestrator.planning.search.study import StudySearcher
 from orchestrator.planning.space import ParamKind, Space
 from orchestrator.results.refit import refit_profile
 from orchestrator.spec import parse_spec

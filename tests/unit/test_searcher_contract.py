@@ -1,6 +1,6 @@
 """One contract suite for every searcher (as Optuna's ``StorageTestCase`` is for storages).
 
-``orchestrator.planning.searcher.Searcher`` states the contract; every strategy passes the
+``orchestrator.planning.search.base.Searcher`` states the contract; every strategy passes the
 same tests here: the grid, each Optuna sampler (grid, random, TPE, NSGA-II), the guided
 search, and ``ReferenceFirst`` around a grid and around TPE. The tests drive a searcher as
 the controller does (ask until None, tell each result once), over a real Optuna sqlite
@@ -17,9 +17,9 @@ import pytest
 from actors.contracts.results import LevelMetrics, LevelResult, TrialResult
 from actors.contracts.states import TrialStatus
 from orchestrator.planning.plan import PlannedTrial, plan_sweep
-from orchestrator.planning.reference_first import ReferenceFirst
 from orchestrator.planning.search import make_searcher
-from orchestrator.planning.searcher import Searcher
+from orchestrator.planning.search.base import Searcher
+from orchestrator.planning.search.reference_first import ReferenceFirst
 from orchestrator.spec import SweepSpec, parse_spec
 from tests.conftest import minimal_spec
 

@@ -24,7 +24,7 @@ from actors.contracts.states import TrialStatus
 from orchestrator.planning.budget import BudgetTracker
 from orchestrator.planning.plan import PlannedTrial
 from orchestrator.planning.regimes import RegimeScore, best_per_regime, trial_scores
-from orchestrator.planning.searcher import Fits, Searcher
+from orchestrator.planning.search.base import Fits, Searcher
 from orchestrator.planning.space import Space
 from orchestrator.spec import SweepSpec
 from orchestrator.spec.search import Sampler

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from actors.contracts.results import TrialResult
 from orchestrator.planning.plan import PlannedTrial
-from orchestrator.planning.searcher import Fits, Searcher
+from orchestrator.planning.search.base import Fits, Searcher
 
 __all__ = ["ReferenceFirst"]
 

@@ -1,4 +1,4 @@
-"""The ``Searcher`` contract, and ``GridSearcher``: every feasible trial once, in order."""
+"""The ``Searcher`` contract every strategy keeps (tests/unit/test_searcher_contract.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from actors.contracts.results import TrialResult
 from orchestrator.planning.plan import PlannedTrial
 
-__all__ = ["Searcher", "Fits", "GridSearcher"]
+__all__ = ["Searcher", "Fits"]
 
 
 Fits = Callable[[PlannedTrial], bool]
@@ -57,27 +57,3 @@ class Searcher(abc.ABC):
 
     def trial_params(self, key: str) -> dict[str, str]:
         return {}
-
-
-class GridSearcher(Searcher):
-    def __init__(self, planned: list[PlannedTrial], done: set[str]):
-        super().__init__()
-        self._todo = [p for p in planned if p.config.key() not in done]
-        self._total = sum(1 for p in planned if p.feasible)
-
-    def ask(self, fits: Fits | None = None) -> PlannedTrial | None:
-        self.blocked = False
-        while self._todo:
-            p = self._todo[0]
-            if not p.feasible:
-                self.pruned.append(self._todo.pop(0))
-                continue
-            if fits is not None and not fits(p):
-                self.blocked = True
-                return None
-            return self._todo.pop(0)
-        return None
-
-    @property
-    def total(self) -> int:
-        return self._total

@@ -34,7 +34,7 @@ from orchestrator.planning.feasibility import family_of
 from orchestrator.planning.model_view import Overrides, model_error, predicted_levels
 from orchestrator.planning.plan import PlannedTrial
 from orchestrator.planning.regimes import RegimeScore, best_per_regime, score_levels
-from orchestrator.planning.samplers import Proposal, StudySearcher
+from orchestrator.planning.search.study import Proposal, StudySearcher
 from orchestrator.spec import SweepSpec
 
 __all__ = ["GuidedSearcher", "NOVEL_FIELDS", "Refit"]

@@ -1,9 +1,16 @@
-"""Search strategies: which trial to run next, told each result (ask/tell).
+"""Search strategies: which trial to run next, told each result (ask/tell). One module per
+strategy, one contract for all (``base.Searcher``; tests/unit/test_searcher_contract.py):
 
-``GridSearcher`` runs every feasible trial once, in plan order. ``kind: optuna`` searches
-(``samplers.StudySearcher``: grid, random, TPE, NSGA-II; ``guided.GuidedSearcher``) keep one
-Optuna study per load regime, stop at the spec's budget and report what they found. Every
-searcher skips trials whose final result the ledger already holds.
+- ``base``: the ``Searcher`` contract (ask, tell, pruned, waiting, budgets).
+- ``grid``: ``GridSearcher``, every feasible trial once, in plan order.
+- ``study``: ``StudySearcher``, one Optuna study per load regime (grid, random, TPE,
+  NSGA-II samplers), stopped by the spec's budget.
+- ``guided``: ``GuidedSearcher``, the performance model ranks the space, recalibrated as
+  trials finish.
+- ``reference_first``: ``ReferenceFirst``, any of them with the quality reference first.
+
+``make_searcher`` builds the spec's. Every searcher skips trials whose final result the
+ledger already holds.
 """
 
 from __future__ import annotations
@@ -12,13 +19,14 @@ import math
 from pathlib import Path
 
 from actors.contracts.results import TrialResult
-from orchestrator.planning.guided import GuidedSearcher, Refit
 from orchestrator.planning.plan import PlannedTrial, spec_shape
 from orchestrator.planning.quality import reference_trial
-from orchestrator.planning.reference_first import ReferenceFirst
 from orchestrator.planning.regimes import level_objective
-from orchestrator.planning.samplers import StudySearcher
-from orchestrator.planning.searcher import Fits, GridSearcher, Searcher
+from orchestrator.planning.search.base import Fits, Searcher
+from orchestrator.planning.search.grid import GridSearcher
+from orchestrator.planning.search.guided import GuidedSearcher, Refit
+from orchestrator.planning.search.reference_first import ReferenceFirst
+from orchestrator.planning.search.study import StudySearcher
 from orchestrator.spec import SLO, SearchSpec, SweepSpec
 from orchestrator.spec.search import Sampler
 
