@@ -41,6 +41,7 @@ from crossval_data import (  # noqa: E402
     point_label,
 )
 
+from orchestrator.planning.model_error import shape_key  # noqa: E402
 from orchestrator.results.calibrate import Point, calibrate, predict_points  # noqa: E402
 
 METRICS = ("output_tok_s", "itl_p50_ms", "tpot_p50_ms", "ttft_p50_ms", "ttft_p99_ms")
@@ -100,7 +101,7 @@ def run(points: list[Point], max_evals: int, jobs: int, method: str = "trf",
     _POINTS = points
     default = predict_points(points, points[0].spec, points[0].shape, PROFILE,  # type: ignore
                              dict(base or {}))
-    rows = [{"point": point_label(p), "config": config_group(p),
+    rows = [{"point": point_label(p), "config": config_group(p), "shape": shape_key(p.shape),
              "prompt_tokens": p.spec.workload.prompt_tokens if p.spec else None,
              "concurrency": p.concurrency, "measured": dict(p.measured),
              "default": {k: default[i][k] for k in p.measured}} for i, p in enumerate(points)]
@@ -117,7 +118,9 @@ def run(points: list[Point], max_evals: int, jobs: int, method: str = "trf",
         for col in ("default", "loco", "lopo", "insample"):
             if col in r:
                 r["err_" + col] = {k: _err(r[col].get(k), v) for k, v in r["measured"].items()}
+    shapes = sorted({r["shape"] for r in rows})
     return {"rows": rows, "folds": folds, "summary": summarise(rows),
+            "by_shape": {k: summarise([r for r in rows if r["shape"] == k]) for k in shapes},
             "repeat_spread": repeat_spread(points)}
 
 

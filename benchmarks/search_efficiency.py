@@ -34,11 +34,11 @@ sys.path.insert(0, str(ROOT))
 from actors.contracts.results import TrialResult  # noqa: E402
 from actors.sim.perf import PROFILES  # noqa: E402
 from orchestrator.planning.budget import estimate_gpu_hours  # noqa: E402
-from orchestrator.planning.guided import GuidedSearcher  # noqa: E402
 from orchestrator.planning.model_view import predicted_result  # noqa: E402
 from orchestrator.planning.plan import plan_sweep, spec_shape  # noqa: E402
 from orchestrator.planning.regimes import trial_scores  # noqa: E402
-from orchestrator.planning.samplers import StudySearcher  # noqa: E402
+from orchestrator.planning.search.guided import GuidedSearcher  # noqa: E402
+from orchestrator.planning.search.study import StudySearcher  # noqa: E402
 from orchestrator.results.refit import refit_profile  # noqa: E402
 from orchestrator.spec import SweepSpec, parse_spec  # noqa: E402
 

@@ -82,6 +82,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         ref = reference_trial(spec.quality, planned)
     preds: dict[str, TrialPrediction] = {}
     total_s = None
+    err = None
     if args.predict:
         from orchestrator.planning.forecast import predict_sweep
         from orchestrator.planning.overheads import learned
@@ -90,6 +91,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         overheads = learned(state_root())
         plist, total_s = predict_sweep(planned, spec, spec_shape(spec), overheads)
         preds = {p.key: p for p in plist}
+        if preds:
+            from orchestrator.planning.model_error import model_error
+
+            err = model_error(spec_shape(spec))
     pace = _host_pace(spec, planned, preds)
     from orchestrator.spec.traffic_plan import mix_summary
 
@@ -100,6 +105,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
              "reason": p.reason, "config": p.config.model_dump(mode="json"),
              "prediction": (preds[p.config.key()].levels if p.config.key() in preds else None)}
             for p in planned], "estimated_sweep_s": total_s,
+            "model_error": None if err is None else {
+                "relative": err.value, "source": err.source, "profiled": err.profiled},
             "overheads": overheads.model_dump() if args.predict else None}
         _print(document("plan", out))
         return EXIT_OK
@@ -107,6 +114,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
            f"{len(planned) - len(feasible)} infeasible; levels {', '.join(mix['levels'])}; "
            f"search {spec.search.kind}")
     _print(_traffic_line(mix))
+    if err is not None:
+        _print(f"predicted throughput {err.band()} ({'' if err.profiled else 'NOT PROFILED: '}"
+               f"{err.source})")
     for line in _search_lines(spec, planned):
         _print(line)
     for i, p in enumerate(planned, 1):
@@ -120,8 +130,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
             for lv in pred.levels:
                 wait = f" wait<={lv['max_waiting']}" if lv["max_waiting"] else ""
                 pre = f" preempt={lv['preemptions']}" if lv["preemptions"] else ""
+                band = f" {err.band():>5}" if err is not None else ""
                 _print(f"          {lv.get('level', lv['concurrency']):<10} "
-                       f"{lv['output_tok_s']:9.1f} tok/s  "
+                       f"{lv['output_tok_s']:9.1f} tok/s{band}  "
                        f"TTFT p50 {lv['ttft_p50_ms']:7.1f} ms  ITL p50 {lv['itl_p50_ms']:6.2f} ms"
                        f"  run<={lv['max_running']}{wait}{pre}")
     if args.predict and not preds:

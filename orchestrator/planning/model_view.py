@@ -5,14 +5,12 @@ level of the workload with given profile overrides (what ``calibrate`` fitted) a
 ``LevelMetrics`` that ``regimes.score_levels`` scores like measured ones. The model gives no
 ITL p99 and no E2E p99: ITL p50 and E2E p50 + (TTFT p99 - TTFT p50) stand in for them.
 ``predicted_result`` wraps them as an ok ``TrialResult`` (tests and the search benchmark
-"measure" with it). ``model_error`` is the model's relative error out of sample.
+"measure" with it). Its error out of sample: ``planning.model_error``.
 """
 
 from __future__ import annotations
 
-import json
 import zlib
-from pathlib import Path
 
 from actors.contracts.config import TrialConfig
 from actors.contracts.hardware import get_hardware
@@ -27,35 +25,9 @@ from actors.sim.replay import ReplayResult, SimRequest, simulate_requests
 from orchestrator.planning.feasibility import family_of
 from orchestrator.spec import SweepSpec
 
-__all__ = ["DEFAULT_MODEL_ERROR", "model_error", "predicted_levels", "predicted_result",
-           "Overrides"]
+__all__ = ["predicted_levels", "predicted_result", "Overrides"]
 
 Overrides = dict[str, dict[str, float]]  # profile -> fitted fields
-
-#: The model's relative throughput error on configs it was not fitted to, when no
-#: cross-validation result is at hand: the default vLLM profile's mean error on the 24
-#: H200 levels was 8.7% (README "Measured on real hardware"); 10% leaves a margin.
-DEFAULT_MODEL_ERROR = 0.10
-_ROOT = Path(__file__).resolve().parents[2]
-
-
-def model_error(results_dir: Path | None = None) -> tuple[float, str]:
-    """(relative error, where it came from): the leave-one-config-out mean |error| of
-    output tok/s from the newest ``benchmarks/results/crossval*.json`` (``summary.
-    output_tok_s.loco.mean_abs``, written by benchmarks/crossval.py), else the default."""
-    folder = results_dir or _ROOT / "benchmarks" / "results"
-    files = sorted(folder.glob("crossval*.json"), key=lambda p: p.stat().st_mtime) \
-        if folder.is_dir() else []
-    for path in reversed(files):
-        try:
-            err = float(json.loads(path.read_text())["summary"]["output_tok_s"]["loco"]
-                        ["mean_abs"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if 0 < err < 1:
-            return err, f"cross-validated ({path.name})"
-    return DEFAULT_MODEL_ERROR, "default"
-
 
 def sim_requests(spec: SweepSpec, lv: Level, n: int) -> list[SimRequest]:
     """One round of level ``lv`` as the load generator sends it: the request list (or the

@@ -1,6 +1,6 @@
 """``refit_profile``: a sim profile fitted to measured trials, for the guided search.
 
-The guided searcher (``orchestrator.planning.guided``) recalibrates the performance model
+The guided searcher (``orchestrator.planning.search.guided``) recalibrates the performance model
 after every measured trial; planning does not import results, so the controller hands it
 this function. It is ``calibrate.calibrate`` over the newest measured levels of one profile
 (a bounded number of points and evaluations keeps a refit to seconds), started from the

@@ -7,7 +7,7 @@ import pytest
 from actors.contracts.results import LevelMetrics, LevelResult, TrialResult
 from actors.contracts.states import FailureClass, TrialStatus
 from orchestrator.errors import SpecError
-from orchestrator.planning.model_view import model_error, predicted_result
+from orchestrator.planning.model_view import predicted_result
 from orchestrator.planning.plan import plan_sweep, spec_shape
 from orchestrator.planning.regimes import best_per_regime, trial_scores
 from orchestrator.planning.search.guided import GuidedSearcher
@@ -180,13 +180,6 @@ def test_guided_converges_on_the_known_optimum_with_few_trials():
     assert optimum in asked
     assert len(asked) < len(planned) / 2
     assert "converged" in (s.stop_reason or "")
-
-
-def test_model_error_reads_crossval_or_defaults(tmp_path):
-    assert model_error(tmp_path) == (0.10, "default")
-    (tmp_path / "crossval-x.json").write_text(
-        '{"summary": {"output_tok_s": {"loco": {"mean_abs": 0.07}}}}')
-    assert model_error(tmp_path)[0] == 0.07
 
 
 def test_tpe_seeded_by_the_model_measures_its_top_picks_first_then_samples(tmp_path):

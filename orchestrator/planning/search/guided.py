@@ -31,7 +31,8 @@ from collections.abc import Callable
 from actors.contracts.results import TrialResult
 from actors.contracts.shapes import ModelShape
 from orchestrator.planning.feasibility import family_of
-from orchestrator.planning.model_view import Overrides, model_error, predicted_levels
+from orchestrator.planning.model_error import model_error
+from orchestrator.planning.model_view import Overrides, predicted_levels
 from orchestrator.planning.plan import PlannedTrial
 from orchestrator.planning.regimes import RegimeScore, best_per_regime, score_levels
 from orchestrator.planning.search.study import Proposal, StudySearcher
@@ -59,7 +60,11 @@ class GuidedSearcher(StudySearcher):
                              "model.path with a local config.json)")
         self.shape: ModelShape = shape
         given = spec.search.model_error
-        self.error, self.error_source = (given, "search.model_error") if given else model_error()
+        if given:
+            self.error, self.error_source = given, "search.model_error"
+        else:
+            found = model_error(shape)
+            self.error, self.error_source = found.value, found.source
         self.refit = refit
         self.rescore, self.calib_evals, self.calib_points = rescore, calib_evals, calib_points
         self.overrides: Overrides = {k: dict(v) for k, v in spec.sim.profiles.items()}
