@@ -32,14 +32,10 @@ import sys
 import time
 from pathlib import Path
 
-SPECIALS = ["<s>", "</s>", "<pad>", "<|system|>", "<|user|>", "<|assistant|>"]
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{{ '<|' + message['role'] + '|>\n' + message['content'] + eos_token + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
-)
+# the specials and chat template of the project's other tiny model, so both load alike
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm-cpu"))
+from make_tiny_model import CHAT_TEMPLATE, SPECIALS  # noqa: E402
+
 N_EVAL = 500
 SIZES = {  # model shape, digits per operand, optimisation
     "tiny": dict(hidden=192, inter=512, layers=3, heads=6, kv=2, digits=2,
