@@ -73,10 +73,16 @@ class LaunchContext(BaseModel):
     nonce: str = ""
 
 
+#: room for the chat template around a prompt sized in text (``workload.api: chat``)
+CHAT_MARGIN_TOKENS = 256
+
+
 def model_len(trial: TrialConfig, ctx: LaunchContext) -> int:
     """The context a server is started with: the trial's ``max_model_len``, else room for
-    the workload's longest request and the quality run's prompts and answers."""
-    return trial.max_model_len or max(ctx.workload.request_tokens, ctx.context_tokens)
+    the workload's longest request (plus the chat template's tokens for chat requests) and
+    the quality run's prompts and answers."""
+    chat = CHAT_MARGIN_TOKENS if ctx.workload.api == "chat" else 0
+    return trial.max_model_len or max(ctx.workload.request_tokens + chat, ctx.context_tokens)
 
 
 def nonce_alias(ctx: LaunchContext) -> str | None:

@@ -36,11 +36,13 @@ from actors.contracts.hardware import Hardware, get_hardware
 from actors.contracts.kv import KvPool
 from actors.contracts.metrics import MetricsFormat
 from actors.engines.base import (
+    CHAT_MARGIN_TOKENS,
     EngineAdapter,
     LaunchContext,
     LaunchPlan,
     LogEvent,
     MetricsSample,
+    model_len,
 )
 from actors.engines.deploy import Deployment
 from actors.engines.registry import register
@@ -71,7 +73,6 @@ from actors.engines.trtllm_options import (
 
 __all__ = ["TrtllmAdapter", "TrtllmExtras", "CHAT_MARGIN_TOKENS", "fp8_unsupported"]
 
-CHAT_MARGIN_TOKENS = 256  # room for the chat template around a sized prompt
 
 
 def fp8_unsupported(trial: TrialConfig, hw: Hardware) -> str | None:
@@ -166,8 +167,7 @@ class TrtllmAdapter(EngineAdapter):
 
     def limits(self, trial: TrialConfig, ctx: LaunchContext) -> tuple[int, int, int]:
         """(max_batch_size, max_num_tokens, max_seq_len) passed on the command line."""
-        seq = trial.max_model_len or max(ctx.context_tokens, ctx.workload.request_tokens + (
-            CHAT_MARGIN_TOKENS if ctx.workload.api == "chat" else 0))
+        seq = model_len(trial, ctx)
         return (trial.max_num_seqs or DEFAULT_MAX_BATCH,
                 trial.max_num_tokens or DEFAULT_MAX_TOKENS, seq)
 
