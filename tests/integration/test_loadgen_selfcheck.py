@@ -45,15 +45,32 @@ async def _floor_lag_ms(seconds: float) -> float:
     return 1e3 * (percentile(lag.lags, 99) or 0.0)
 
 
+def _light_with_floor(url: str) -> tuple[dict, float]:
+    """A light level and this machine's loop-lag floor measured right after it, for as
+    long as the level ran."""
+    t = time.perf_counter()
+    light = _level(url, hog_s=None, output_tokens=256)
+    return light, asyncio.run(_floor_lag_ms(max(0.5, time.perf_counter() - t)))
+
+
 def test_starved_loop_is_client_bound_and_a_light_level_is_not(tmp_path: Path):
     """The self-check separates a starved client from a light one by the client's own
     work, whatever the machine does beside it: a light level's lag is the machine's floor
-    (measured here, in the same minute), a starved one's is far above it."""
+    (measured here, in the same minute), a starved one's is far above it.
+
+    A client's own lag repeats from run to run; a stall of the shared machine does not (the
+    CI host once stalled a light level 5.7 ms with its floor at 0.5 ms just after). So the
+    light level gets up to three tries and the quietest is judged: a client that lags of
+    its own accord fails all three."""
     with sim_server(tmp_path) as url:  # rounds of about 0.3 s: several 50 ms lag probes
         starved = _level(url, hog_s=0.02, output_tokens=256)
-        t = time.perf_counter()
-        light = _level(url, hog_s=None, output_tokens=256)
-        floor = asyncio.run(_floor_lag_ms(max(0.5, time.perf_counter() - t)))
+        tries = []
+        for _ in range(3):
+            light, floor = _light_with_floor(url)
+            tries.append((light, floor))
+            if light["client"]["loop_lag_p99_ms"] <= max(5.0, 2 * floor + 2.0):
+                break
+        light, floor = min(tries, key=lambda t: t[0]["client"]["loop_lag_p99_ms"] - 2 * t[1])
     assert starved["status"] == "valid" and light["status"] == "valid"
     s_lag, l_lag = starved["client"]["loop_lag_p99_ms"], light["client"]["loop_lag_p99_ms"]
     s_cpu, l_cpu = starved["client"]["cpu_frac"], light["client"]["cpu_frac"]
@@ -62,7 +79,8 @@ def test_starved_loop_is_client_bound_and_a_light_level_is_not(tmp_path: Path):
     assert s_lag > 5 and s_lag > floor + 10, (s_lag, s_cpu, floor)
     # the light level adds nothing to the machine's own lag (on an idle machine both are
     # well under the 5 ms limit, so it is not client_bound) and uses a fraction of the CPU
-    assert l_lag <= max(5.0, 2 * floor + 2.0), (l_lag, floor)
+    assert l_lag <= max(5.0, 2 * floor + 2.0), ([t[0]["client"] for t in tries],
+                                                [t[1] for t in tries])
     assert l_lag < s_lag / 2 and l_cpu < 0.9, (l_lag, s_lag, l_cpu)
     bound = l_lag > 5 or l_cpu > 0.9
     assert ("client_bound" in light["flags"]) == bound, light["client"]
