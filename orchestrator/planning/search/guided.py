@@ -1,24 +1,35 @@
 """``GuidedSearcher``: the performance model ranks the whole space; measure where it matters.
 
 1. Score every feasible config with the sim's model (``model_view``) at every regime.
-2. Uncertainty: ``sigma = error x (1 + new)``, where ``error`` is the model's
-   cross-validated relative error (``search.model_error``, else ``model_error()``) and
-   ``new`` counts the settings of the config (profile, TP, weight precision, KV dtype,
-   graphs) that no measured config of its engine has: a config unlike any measured one is
-   less certain.
-3. Ask: regimes take turns; a regime's pick is the unmeasured config with the highest
-   optimistic value ``prediction x (1 + sigma)`` among those that could meet the SLOs
-   (predicted ``violation <= sigma``). With sigma equal everywhere that is the model's best;
-   as configs are measured, the untried settings' larger sigma pulls the search to them.
+2. Uncertainty: ``sigma = band x (1 + new)``. ``band`` is the larger of the model's
+   cross-validated relative error (``search.model_error``, else ``model_error()``) and its
+   held-out error on the configs measured last (``WINDOW`` of them: each config's
+   prediction just before it was measured against what it measured, worst regime): a
+   model that keeps missing gets a wider band, however confident its prior. ``new`` counts
+   the settings of the config (profile, TP, weight precision, KV dtype, graphs) that no
+   measured config of its engine has: a config unlike any measured one is less certain.
+3. Ask: regimes take turns; a regime that is not settled (5.) asks for what settles it.
 4. Tell: recalibrate the trial's profile on the measured levels of that profile (``refit``:
    ``orchestrator.results.refit.refit_profile``, i.e. ``calibrate``, from the current fit;
    handed down by the controller), re-rank. Without ``refit`` the model stays as given.
    Re-predicting hundreds of configs after each trial would cost more than the trial on
    this machine, so the ``rescore`` configs ranked highest are re-predicted and the rest of
-   that profile move by the median ratio of new to old predictions of those.
-5. Stop: a regime is settled when its best measured config (meeting the SLOs) beats every
-   unmeasured config's optimistic value, i.e. its calibrated prediction by more than sigma;
-   the search stops when every regime is, or at the budget.
+   that profile move by the median ratio of new to old predictions of those. A resumed
+   search replays the ledger's measurements in order, so it stands where it stopped.
+5. Settled, in order of what a regime asks for (``_needs``):
+   a. every setting value some eligible unmeasured config has (eligible: it could meet the
+      SLOs within its sigma) is measured: otherwise the best-ranked config with such a
+      value. A model wrong about a whole setting (eager faster than graphs) is only found
+      out by measuring that setting;
+   b. the best measured config (meeting the SLOs; the median of its measurements) beats
+      every unmeasured config's optimistic value ``prediction x (1 + sigma)``: otherwise
+      the unmeasured config with the highest;
+   c. its lead is not noise: the best is measured twice (a repeat: the same config, the
+      next ``repeat``), and when the runner-up is within the measured noise of it (half
+      the largest spread between one config's repeats: how far one measurement may be from
+      the truth), both are measured ``TIE_REPEATS`` times and the medians decide (a new
+      runner-up is raced the same way). One lucky measurement never wins a regime.
+   The search stops when every regime is settled, or at the budget.
 
 Every trial is recorded in the regime studies like any other (``StudySearcher._add``).
 """
@@ -34,7 +45,8 @@ from orchestrator.planning.feasibility import family_of
 from orchestrator.planning.model_error import model_error
 from orchestrator.planning.model_view import Overrides, predicted_levels
 from orchestrator.planning.plan import PlannedTrial
-from orchestrator.planning.regimes import RegimeScore, best_per_regime, score_levels
+from orchestrator.planning.regimes import RegimeScore, score_levels, trial_scores
+from orchestrator.planning.search.base import Fits
 from orchestrator.planning.search.study import Proposal, StudySearcher
 from orchestrator.spec import SweepSpec
 
@@ -50,6 +62,11 @@ NOVEL_FIELDS = ("profile", "tp", "weights", "kv_dtype", "cuda_graphs")
 
 
 class GuidedSearcher(StudySearcher):
+    #: held-out errors (the most recent configs) that set the band beside the prior error
+    WINDOW = 5
+    #: measurements of each config tied with a regime's best before the medians decide
+    TIE_REPEATS = 3
+
     def __init__(self, planned: list[PlannedTrial], done: dict[str, TrialResult],
                  spec: SweepSpec, storage: str | None, study_name: str,
                  shape: ModelShape | None = None, refit: Refit | None = None,
@@ -69,11 +86,24 @@ class GuidedSearcher(StudySearcher):
         self.rescore, self.calib_evals, self.calib_points = rescore, calib_evals, calib_points
         self.overrides: Overrides = {k: dict(v) for k, v in spec.sim.profiles.items()}
         self.pred: dict[str, dict[str, RegimeScore]] = {}
+        self.by_key = {p.config.key(): p for p in planned}
+        self.by_identity = {p.config.identity(): p for p in planned if p.feasible}
         for p in planned:
             if p.feasible:
                 self.pred[p.config.key()] = self._predict(p)
-        self.by_key = {p.config.key(): p for p in planned}
         self.calibrations = 0
+        #: regime -> the model's miss on each config measured there, just before it was
+        self.heldout: dict[str, list[float]] = {r: [] for r in self.regimes}
+        self.told: list[TrialResult] = []  # measured results, in the order they were told
+        self._vals: dict[str, dict[str, list[float]]] = {}  # ``measured``, per regime
+        self._cache: dict[str, float | None] = {}
+        self._flight: dict[str, PlannedTrial] = {}  # asked, not told yet
+        self.why: dict[str, str] = {}  # trial key -> the regime and rule that asked for it
+        seen, self._seen = self._seen, set()
+        for r in done.values():  # replay in order: a resumed search stands where it stopped
+            self._seen.add(r.key)
+            self._learn(r)
+        self._seen = seen
 
     def _predict(self, p: PlannedTrial) -> dict[str, RegimeScore]:
         levels = predicted_levels(p.config, self.spec, self.shape, self.overrides)
@@ -81,18 +111,35 @@ class GuidedSearcher(StudySearcher):
 
     # -- uncertainty and ranking ----------------------------------------------------------------
     def _measured(self) -> list[TrialResult]:
-        return [r for r in self.done.values() if r.status.has_measurements()]
+        return self.told
 
-    def sigma(self, p: PlannedTrial) -> float:
-        seen = [r.config for r in self._measured() if r.config.engine == p.config.engine]
-        new = sum(1 for f in NOVEL_FIELDS
-                  if all(getattr(c, f) != getattr(p.config, f) for c in seen))
-        return self.error * (1 + new)
+    def band(self, regime: str) -> float:
+        """The relative error a prediction at ``regime`` is trusted to: the largest of the
+        model's last ``WINDOW`` held-out misses there on this sweep's own configs; until
+        there are that many, the prior (``error``) where it is larger. A model that keeps
+        missing widens it; a calibrated model that keeps hitting narrows it below the
+        prior. Per regime: a model wrong at high concurrency is not doubted at c=1. Each
+        miss counts beyond half the measured noise (``noise``): that much is the
+        measurement's, not the model's."""
+        half = (self.noise() or 0.0) / 2  # a miss this large is the measurement's, not the model's
+        recent = [max(0.0, m - half) for m in self.heldout[regime][-self.WINDOW:]]
+        if len(recent) < self.WINDOW:
+            return max([self.error, *recent])
+        return max(recent)
+
+    def _novel(self, p: PlannedTrial) -> list[tuple[str, object]]:
+        seen = [c for c in [r.config for r in self.told]
+                + [f.config for f in self._flight.values()] if c.engine == p.config.engine]
+        return [(f, getattr(p.config, f)) for f in NOVEL_FIELDS
+                if all(getattr(c, f) != getattr(p.config, f) for c in seen)]
+
+    def sigma(self, p: PlannedTrial, regime: str) -> float:
+        return self.band(regime) * (1 + len(self._novel(p)))
 
     def optimistic(self, key: str, regime: str) -> float | None:
         """Prediction x (1 + sigma), None when it cannot meet the SLOs even so."""
         s = self.pred[key][regime]
-        sig = self.sigma(self.by_key[key])
+        sig = self.sigma(self.by_key[key], regime)
         if s.value is None or s.violation > sig:
             return None
         return s.value * (1 + sig)
@@ -100,41 +147,134 @@ class GuidedSearcher(StudySearcher):
     def _unmeasured(self) -> list[str]:
         return [k for k in self.pred if k not in self._seen]
 
-    def settled(self, regime: str) -> bool:
-        found = best_per_regime(self._measured(), self.spec)[regime]
-        if found is None or found[1].value is None:
-            return False
-        best = found[1].value
-        return all((self.optimistic(k, regime) or 0.0) < best for k in self._unmeasured())
-
     def ranking(self, regime: str) -> list[tuple[float, str]]:
         out = [(u, k) for k in self._unmeasured()
                if (u := self.optimistic(k, regime)) is not None]
         return sorted(out, key=lambda t: (-t[0], t[1]))
 
+    # -- measured values: the median of each config's measurements --------------------------------
+    def measured(self, regime: str) -> dict[str, list[float]]:
+        """identity -> its measurements meeting the SLOs in ``regime`` (kept until the
+        next result is learned)."""
+        if regime not in self._vals:
+            out: dict[str, list[float]] = {}
+            for r in self.told:
+                s = trial_scores(r, self.spec)[regime]
+                if s.feasible and s.value is not None:
+                    out.setdefault(r.config.identity(), []).append(s.value)
+            self._vals[regime] = out
+        return self._vals[regime]
+
+    def noise(self) -> float | None:
+        """The largest spread (max - min over the median) between one config's repeats in
+        any regime; None before any config was measured twice."""
+        if "noise" not in self._cache:
+            spreads = [(max(v) - min(v)) / statistics.median(v)
+                       for regime in self.regimes for v in self.measured(regime).values()
+                       if len(v) > 1 and statistics.median(v) > 0]
+            self._cache["noise"] = max(spreads) if spreads else None
+        return self._cache["noise"]
+
+    def best(self, regime: str) -> tuple[str, float, int] | None:
+        """(identity, median, measurements) of the regime's best measured config."""
+        vals = self.measured(regime)
+        if not vals:
+            return None
+        ident = max(vals, key=lambda i: (statistics.median(vals[i]), i))
+        return ident, statistics.median(vals[ident]), len(vals[ident])
+
+    def _repeat(self, ident: str) -> PlannedTrial | None:
+        """The next measurement of a measured config (None while one is in flight)."""
+        if any(f.config.identity() == ident for f in self._flight.values()):
+            return None
+        base = self.by_identity[ident]
+        n = 1 + max(r.config.repeat for r in self.told if r.config.identity() == ident)
+        cfg = base.config.model_copy(update={"repeat": n})
+        return PlannedTrial(cfg, base.entry_index)
+
+    # -- what settles a regime -------------------------------------------------------------
+    def _needs(self, regime: str) -> tuple[PlannedTrial | None, str]:
+        """The trial that would settle ``regime`` next and why ('' and None: settled)."""
+        ranked = self.ranking(regime)
+        for _, k in ranked:  # a. a setting value no measured config has
+            if self._novel(self.by_key[k]):
+                return self.by_key[k], "untried setting"
+        found = self.best(regime)
+        if found is None:
+            return (self.by_key[ranked[0][1]], "nothing measured") if ranked else (None, "")
+        ident, value, n = found
+        if ranked and ranked[0][0] >= value:  # b. the model says something may beat it
+            return self.by_key[ranked[0][1]], "predicted better"
+        if n < 2:  # c. the lead is not one lucky measurement
+            return self._repeat(ident), "repeat the best"
+        noise = self.noise() or 0.0
+        vals = self.measured(regime)
+        # the runner-up within the noise's half-width of the best (how far one measurement
+        # may be from the truth) is a tie: the two are measured again, the medians decide
+        runner = max((i for i in vals if i != ident), default=None,
+                     key=lambda i: (statistics.median(vals[i]), i))
+        if noise > 0 and runner is not None and \
+                statistics.median(vals[runner]) >= value * (1 - noise / 2):
+            for i in sorted((ident, runner), key=lambda i: (len(vals[i]), i)):
+                if len(vals[i]) < self.TIE_REPEATS:
+                    return self._repeat(i), "a tie within noise"
+        return None, ""
+
+    def settled(self, regime: str) -> bool:
+        return self._needs(regime) == (None, "")
+
     def _propose(self) -> Proposal | None:
         regimes = list(self.regimes)
+        waiting = False
         for _ in regimes:
             regime = regimes[self._turn % len(regimes)]
             self._turn += 1
-            if self.settled(regime):
-                continue
-            ranked = self.ranking(regime)
-            if ranked:
-                return self.by_key[ranked[0][1]], None
+            planned, why = self._needs(regime)
+            if planned is not None:
+                self._flight[planned.config.key()] = planned
+                self.why[planned.config.key()] = f"{regime}: {why}"
+                return planned, None
+            waiting = waiting or bool(why)  # a repeat waits on the same config in flight
+        if waiting:
+            self.waiting = True
+            return None
+        noise = self.noise()
         self.stop_reason = self.stop_reason or (
             "converged: in every regime the best measured config beats every unmeasured "
-            f"config's calibrated prediction by more than the model's error "
-            f"({self.error:.0%}, {self.error_source}; more for untried settings)")
+            "config's calibrated prediction by more than the band (" + ", ".join(
+                f"{r} {self.band(r):.1%}" for r in self.regimes) + f": the model's misses "
+            f"on the last {self.WINDOW} configs measured there, at least its error "
+            f"{self.error:.1%} ({self.error_source}) before there are {self.WINDOW}; more for "
+            "untried settings), every setting value "
+            "is measured, and its lead is beyond the measured noise "
+            f"({0.0 if noise is None else noise:.1%}: repeats decide ties)")
         return None
+
+    def ask(self, fits: Fits | None = None) -> PlannedTrial | None:
+        self.waiting = False
+        return super().ask(fits)
 
     # -- tell: recalibrate, re-rank ------------------------------------------------------------
     def tell(self, planned: PlannedTrial, result: TrialResult) -> None:
         super().tell(planned, result)
-        fam = family_of(result.config)
-        if fam is None or not result.status.has_measurements():
+        self._flight.pop(planned.config.key(), None)
+        self._learn(result)
+
+    def _learn(self, result: TrialResult) -> None:
+        """Record a measured result's held-out error, recalibrate its profile, re-rank."""
+        if not result.status.has_measurements():
             return
-        if self._recalibrate(fam):
+        base = self.by_identity.get(result.config.identity())
+        before = (self.pred.get(base.config.key())
+                  if base is not None and result.config.repeat == 0 else None)
+        self.told.append(result)
+        self._vals, self._cache = {}, {}
+        if before is not None:
+            for r, s in trial_scores(result, self.spec).items():
+                if s.feasible and s.value and (pb := before[r].value):
+                    self.heldout[r].append(abs(pb / s.value - 1))
+        fam = family_of(result.config)
+        if fam is not None and self._recalibrate(fam):
             self._rerank(fam)
 
     def _recalibrate(self, fam: str) -> bool:
@@ -190,4 +330,32 @@ class GuidedSearcher(StudySearcher):
         lines.insert(1, f"  model error {self.error:.1%} ({self.error_source}); "
                         f"{self.calibrations} recalibrations; "
                         f"{len(self._unmeasured())} configs unmeasured")
-        return lines
+        return lines + self.reliance_lines()
+
+    def reliance_lines(self) -> list[str]:
+        """Per regime, the prediction the stop relied on most: the unmeasured config whose
+        bound (prediction x (1 + sigma)) came closest to the best measured value."""
+        out = []
+        for regime in self.regimes:
+            found, ranked = self.best(regime), self.ranking(regime)
+            if found is None:
+                continue
+            ident, value, n = found
+            label = self.by_identity[ident].config.label()
+            line = f"  {regime}: best {label} {value:.1f} (median of {n})"
+            if ranked:
+                bound, key = ranked[0]
+                p = self.by_key[key]
+                line += (f"; relied on the model for {len(ranked)} unmeasured configs, the "
+                         f"closest {p.config.label()} predicted "
+                         f"{self.pred[key][regime].value or 0:.1f}, bound {bound:.1f} "
+                         f"(band {self.sigma(p, regime):.1%})")
+            out.append(line)
+        return out
+
+    def trial_params(self, key: str) -> dict[str, str]:
+        """Why guided asked for the trial (its MLflow run says which rule and regime)."""
+        out = super().trial_params(key)
+        if key in self.why:
+            out["guided.why"] = self.why[key]
+        return out
