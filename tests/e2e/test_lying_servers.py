@@ -4,7 +4,7 @@ Each server is a real sim process whose stream leaves count sources out or lies 
 purpose (``StreamOptions``). The liars run faster than the honest servers (a smaller
 time scale), so any of them counted at its word would win. None may end as a valid,
 verified level with wrong figures, and none may win; the honest multi-token servers
-are valid with ITL per token (within 25% of TPOT).
+are valid with ITL per token (below 1.5x TPOT; within 25% of it unless ``client_bound``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import contextlib
 import pytest
 import yaml
 
+from actors.contracts.states import LevelFlag
 from actors.sim.config import StreamOptions
 from orchestrator.commands.cli import main
 from orchestrator.results.analysis import winners
@@ -88,7 +89,14 @@ def test_each_server_ends_as_its_stream_proves(lying_sweep, label):
         assert r.status.value == "ok" and lv.status == "valid", lv.reason
         assert "unverified" not in lv.flags and lv.count_mismatches == 0
         m = lv.metrics
-        assert abs(m.itl_p50_ms - m.tpot_p50_ms) <= 0.25 * m.tpot_p50_ms, m
+        # ITL is per token, not per chunk: nearer a token's time than a chunk's (per chunk
+        # it would be 2x TPOT at two tokens a chunk)
+        assert m.itl_p50_ms < 1.5 * m.tpot_p50_ms, (m, lv.flags)
+        # and a token's time itself, unless the level says its client could not keep up:
+        # a loaded host bunches the reads, and a text-only stream's ITL, spread over the
+        # reads, then falls (0.66-0.75x TPOT under load, flagged client_bound each time)
+        if LevelFlag.CLIENT_BOUND not in lv.flags:
+            assert abs(m.itl_p50_ms - m.tpot_p50_ms) <= 0.25 * m.tpot_p50_ms, (m, lv.client)
 
 
 def test_only_an_honest_verified_server_can_win(lying_sweep):

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from orchestrator.commands.cli import main
+from orchestrator.planning.eligibility import may_win
 from orchestrator.results.analysis import winners
 from orchestrator.results.ledger import Ledger
 from orchestrator.spec import load_spec
@@ -54,8 +55,13 @@ def test_two_configs_on_one_request_list_then_an_edited_file_is_refused(
     assert kept.read_bytes() == (tmp_path / "trace.jsonl").read_bytes()
     spec = load_spec(ledger.dir / "spec.yaml")  # rebuilt from the sweep's own copy
     ws = winners(results, spec.slo, spec.workload.noise_band)
-    assert [w.name for w in ws] == ["c=4", "rate=6/s"] and all(w.key for w in ws)
-    assert {w.candidates for w in ws} == {2}
+    assert [w.name for w in ws] == ["c=4", "rate=6/s"]
+    # both configs compete at each level, except a level this run itself flagged (a busy
+    # host can make the open loop send late or the sim fall behind: it may not win then)
+    for w in ws:
+        eligible = sum(may_win(lv, slo=spec.slo) for r in results for lv in r.levels
+                       if lv.key == w.name)
+        assert w.candidates == eligible and bool(w.key) == (eligible > 0), (w, eligible)
     with open(ledger.trial_dir(results[0].key) / "requests.csv") as f:
         rows = [r for r in csv.DictReader(f) if int(r["round"]) >= 0]
     assert rows and all(r["target_output_tokens"] == "24" == r["completion_tokens"]
