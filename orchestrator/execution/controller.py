@@ -45,10 +45,11 @@ from orchestrator.planning.quality import reference_trial
 from orchestrator.planning.quality import verdict as quality_verdict
 from orchestrator.planning.search import Searcher, make_searcher
 from orchestrator.results.events import AttemptFailed, Interrupted, Scheduled, Started
-from orchestrator.results.ledger import Ledger
+from orchestrator.results.ledger import Ledger, atomic_write
 from orchestrator.results.outbox import TrackingOutbox
 from orchestrator.results.records import SEARCH_PARAMS_FILE, write_trial_files
 from orchestrator.results.refit import refit_profile
+from orchestrator.results.report_folder import SEARCH_SUMMARY
 from orchestrator.spec import SweepSpec
 from orchestrator.spec.traffic_plan import workload_fingerprint
 
@@ -431,8 +432,11 @@ class SweepController:
                 while not self.done():
                     interrupts.check()
                     self.step()
-                for line in self.searcher.summary_lines():  # what it found, what is next
+                lines = self.searcher.summary_lines()  # what it found, what is next
+                for line in lines:
                     self.progress.say(line)
+                if lines:  # the report's "Search" section: what the stop relied on
+                    atomic_write(self.ledger.dir / SEARCH_SUMMARY, "\n".join(lines) + "\n")
             except KeyboardInterrupt:
                 interrupts.handled()
                 self.progress.say("interrupted: stopping every engine this sweep started ...")

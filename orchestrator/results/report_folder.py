@@ -20,10 +20,15 @@ from orchestrator.results.diskfull import report_not_written
 from orchestrator.results.events import DriverStarted, Interrupted, Scheduled
 from orchestrator.results.ledger import Ledger, atomic_write
 from orchestrator.results.page import build_sections, render_html, render_markdown
+from orchestrator.results.page_blocks import Section
 from orchestrator.results.report import render_text, report_json, winners_export
 from orchestrator.spec import SweepSpec
 
-__all__ = ["ReportFolder", "write_report", "unfinished_trials"]
+__all__ = ["ReportFolder", "write_report", "unfinished_trials", "SEARCH_SUMMARY"]
+
+#: the searcher's summary lines at the end of a run, in the sweep folder (the report's
+#: "Search" section: the best per regime and, for guided, the predictions its stop relied on)
+SEARCH_SUMMARY = "search.txt"
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,10 @@ def _write_report(spec: SweepSpec, ledger: Ledger, tracking_hint: str) -> Report
     for old in out.glob("chart-*.svg"):
         old.unlink()
     sections = build_sections(spec, ordered, ledger.sweep_id, unfinished, interrupted)
+    summary = ledger.dir / SEARCH_SUMMARY
+    if summary.is_file():  # the searcher's last word: what it found, what it relied on
+        sections.append(Section("Search", "search").add(
+            *(line.strip() for line in summary.read_text().splitlines() if line.strip())))
     title = f"servesweep report: {ledger.sweep_id}"
     for s in sections:
         for c in s.charts:

@@ -74,6 +74,15 @@ def test_guided_search_runs_on_the_sim_and_says_why_it_stopped(tmp_path, monkeyp
     assert "budget: " in err  # progress shows the budget
     ledger = Ledger.open("latest")
     assert sum(r.status.value == "ok" for r in ledger.results().values()) <= 3
+    # the report says what the stop relied on: the best per regime and the closest
+    # unmeasured config's prediction and bound; each trial's params say why it was asked
+    page = (ledger.dir / "report" / "report.md").read_text()
+    assert "## Search" in page and "relied on the model for" in page, page[-2000:]
+    for r in ledger.results().values():
+        params = json.loads((ledger.dir / "trials" / r.key / "search.json").read_text())
+        assert params["guided.why"].split(": ")[1] in (
+            "untried setting", "nothing measured", "predicted better", "repeat the best",
+            "a tie within noise"), params
 
 
 def test_a_study_half_done_when_its_driver_is_killed_resumes_without_repeats(tmp_path):
