@@ -1,13 +1,14 @@
 """``GuidedSearcher``: the performance model ranks the whole space; measure where it matters.
 
 1. Score every feasible config with the sim's model (``model_view``) at every regime.
-2. Uncertainty: ``sigma = band x (1 + new)``. ``band`` is the larger of the model's
-   cross-validated relative error (``search.model_error``, else ``model_error()``) and its
-   held-out error on the configs measured last (``WINDOW`` of them: each config's
-   prediction just before it was measured against what it measured, worst regime): a
-   model that keeps missing gets a wider band, however confident its prior. ``new`` counts
-   the settings of the config (profile, TP, weight precision, KV dtype, graphs) that no
-   measured config of its engine has: a config unlike any measured one is less certain.
+2. Uncertainty: ``sigma = band x (1 + new)``. ``band`` (per regime) is the largest of the
+   model's held-out misses there on the ``WINDOW`` configs measured last (each config's
+   prediction just before it was measured, against what it measured, less half the
+   measured noise); until there are that many, the model's cross-validated relative error
+   (``search.model_error``, else ``model_error()``) where it is larger. A model that keeps
+   missing gets a wider band, however confident its prior. ``new`` counts the settings of
+   the config (profile, TP, weight precision, KV dtype, graphs) that no measured or
+   in-flight config of its engine has: a config unlike any measured one is less certain.
 3. Ask: regimes take turns; a regime that is not settled (5.) asks for what settles it.
 4. Tell: recalibrate the trial's profile on the measured levels of that profile (``refit``:
    ``orchestrator.results.refit.refit_profile``, i.e. ``calibrate``, from the current fit;
