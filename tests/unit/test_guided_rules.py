@@ -74,6 +74,7 @@ def test_a_setting_the_model_gets_backwards_is_measured_and_found():
     asked = _drive(s, measure)
     assert "converged" in (s.stop_reason or "")
     assert any(w.endswith("untried setting") for w in s.why.values())
+    assert any(not p.config.cuda_graphs for p in asked)  # an eager config was measured
     found = s.best("high")
     assert found is not None and truth[found[0]] >= 0.97 * truth[best]
 
