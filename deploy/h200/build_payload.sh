@@ -14,13 +14,16 @@
 # env: CHUNK_MIB (default 50: a call carries at most 64 MiB with the repository, about 11 MiB),
 #      VLLM_VERSION (0.26.0), VLLM_WHEEL (a downloaded vLLM wheel to reuse), PY312,
 #      H200_PAYLOAD_REF (a commit to build servesweep from; default: the working tree),
-#      RAY_VERSION / OPTUNA_VERSION (default: .venv's), WORK (build folder).
+#      RAY_VERSION / OPTUNA_VERSION (default: .venv's), WORK (build folder),
+#      LM_EVAL_VERSION (0.4.13: lm-evaluation-harness for `quality:` runs; LM_EVAL_VERSION=none
+#      leaves it out; the node's `lm_eval` is a wrapper node.sh writes, see README).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(git -C "$HERE" rev-parse --show-toplevel)
 WORK=${WORK:-${TMPDIR:-/tmp}/servesweep_payload_build}
 VLLM_VERSION=${VLLM_VERSION:-0.26.0}
 CHUNK_MIB=${CHUNK_MIB:-50}
+LM_EVAL_VERSION=${LM_EVAL_VERSION:-0.4.13}
 T0=$(date +%s)
 step() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
 die() { echo "build_payload: $*" >&2; exit 2; }
@@ -81,17 +84,31 @@ if ! unzip -l "$SW_WHEEL" | grep -q '_fastread'; then
 fi
 step "servesweep wheel: $(basename "$SW_WHEEL") ($SOURCE)"
 
-# 3. wheels of every (transitive) requirement the node lacks
+# 3. lm-eval (pure Python) and its `api` extra's requirements (the local-completions model)
+LM_ROOTS=(); LM_SEEDS=()
+if [ "$LM_EVAL_VERSION" != none ]; then
+  LM_WHEEL=$(ls "$WORK"/wheels/lm_eval-"$LM_EVAL_VERSION"-*.whl 2>/dev/null | head -n1 || true)
+  if [ -z "$LM_WHEEL" ]; then
+    python3 -m pip download -q --no-deps --only-binary=:all: -d "$WORK/wheels" \
+      "lm-eval==$LM_EVAL_VERSION"
+    LM_WHEEL=$(ls "$WORK"/wheels/lm_eval-"$LM_EVAL_VERSION"-*.whl)
+  fi
+  LM_ROOTS=("$LM_WHEEL")
+  LM_SEEDS=(--seed requests --seed aiohttp --seed tenacity --seed tqdm --seed tiktoken)
+  step "lm-eval wheel: $(basename "$LM_WHEEL")"
+fi
+
+# 4. wheels of every (transitive) requirement the node lacks
 rm -rf "$WORK/deps"
 python3 "$HERE/resolve_deps.py" --device "$HERE/device_pkgs.txt" --out "$WORK/deps" \
-  --pin "ray==$RAY_VERSION" --pin "optuna==$OPTUNA_VERSION" --skip mlflow \
-  "$VLLM_WHEEL" "$SW_WHEEL"
+  --pin "ray==$RAY_VERSION" --pin "optuna==$OPTUNA_VERSION" --skip mlflow "${LM_SEEDS[@]}" \
+  "$VLLM_WHEEL" "$SW_WHEEL" "${LM_ROOTS[@]}"
 step "dependencies resolved"
 
-# 4. the site folder, minus what a text-only Llama server on sm90 and a sweep driver never load
+# 5. the site folder, minus what a text-only Llama server on sm90 and a sweep driver never load
 SITE=$WORK/site; rm -rf "$SITE"; mkdir -p "$SITE"
 unzip -q "$VLLM_WHEEL" -d "$SITE"
-for w in "$WORK"/deps/*.whl "$SW_WHEEL"; do unzip -q -o "$w" -d "$SITE"; done
+for w in "$WORK"/deps/*.whl "$SW_WHEEL" "${LM_ROOTS[@]}"; do unzip -q -o "$w" -d "$SITE"; done
 REMOVED=(
   vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so  # 305 MB; Hopper uses FA3 (fa_utils.py)
   vllm/vllm-rs                              # optional Rust frontend binary
@@ -105,7 +122,7 @@ REMOVED=(
 for p in "${REMOVED[@]}"; do rm -rf "${SITE:?}/$p"; done
 step "site: $(du -sh "$SITE" | cut -f1)"
 
-# 5. pack, split, manifest + checksums (xz: the FA3 fatbin shrinks 153 MB -> 11 MB)
+# 6. pack, split, manifest + checksums (xz: the FA3 fatbin shrinks 153 MB -> 11 MB)
 tar -C "$SITE" -cf - . | xz -T0 -6 > "$WORK/site.tar.xz"
 step "packed: $(du -h "$WORK/site.tar.xz" | cut -f1)"
 git -C "$ROOT" check-ignore -q .payload/c1 || die ".payload/ is not git-ignored: add it to .gitignore"

@@ -8,7 +8,11 @@ only, so it works before anything is installed. Every verb returns within second
     stash            keep the chunk folder(s) this call carried (.payload/cN/) for a later call
     install          check every part against MANIFEST.json and SHA256SUMS, unpack the site,
                      check that vLLM, Ray, Optuna, pydantic and servesweep import
-    model [--size S] start making the random-weight model at /tmp/model; returns at once
+    model [--size S] [DEST]
+                     start making the model at DEST (default /tmp/model); returns at once.
+                     S: 8b (default), 3b, 1b: random weights; arith: install, then train
+                     the arithmetic model (deploy/quality, about 3 min on the GPU) and
+                     write its lm-eval task into DEST/eval (what a `quality:` spec reads)
     start SPEC       install if needed, then start the sweep detached; returns at once
     resume [PATH]    finish a sweep brought back from a lost node (PATH: its tarball or folder;
                      default: the one tarball carried in .payload/sweep/), detached
@@ -18,7 +22,9 @@ only, so it works before anything is installed. Every verb returns within second
     stop             Ctrl-C the sweep: its engines stop, finished trials stay in the ledger
 
 The sweep runs servesweep from the carried site (not from the repository) with
-``--no-mlflow``; its folder is ``$H200_NODE_DIR/state/sweeps/<id>/`` (default
+``--no-mlflow``; lm-eval, when the payload carries it, is run through the wrapper
+``$H200_NODE_DIR/bin/lm_eval`` that ``install`` writes (a spec's ``quality.lm_eval``).
+Its folder is ``$H200_NODE_DIR/state/sweeps/<id>/`` (default
 ``/tmp/servesweep-node``). What comes back (the tarballs) is a sweep folder that
 ``servesweep import`` takes on the workstation. For tests: ``H200_NODE_SITE=none``
 runs the sweep with this Python's own packages (no payload); ``H200_NODE_CHECK=skip``
@@ -46,6 +52,7 @@ NODE = Path(os.environ.get("H200_NODE_DIR", "/tmp/servesweep-node"))
 PAYLOAD, SITE, STATE, JOB = NODE / "payload", NODE / "site", NODE / "state", NODE / "job"
 NO_SITE = os.environ.get("H200_NODE_SITE") == "none"
 MODEL_PID, MODEL_LOG = NODE / "model.pid", NODE / "model.log"
+LM_EVAL_BIN = NODE / "bin" / "lm_eval"
 CONSOLE, JOB_PID, DRIVER_PID, JOB_RC = (JOB / "console.log", JOB / "job.pid", JOB / "driver.pid",
                                         JOB / "rc")
 CARRIED = Path(".payload")
@@ -223,6 +230,7 @@ def install() -> None:
     shutil.rmtree(SITE, ignore_errors=True)
     tmp.rename(SITE)
     done.write_text(json.dumps(manifest, indent=1))
+    lm_eval_wrapper()
     pk = manifest["packages"]
     say(f"install: done in {time.monotonic() - t0:.0f} s; built {manifest['built']}, servesweep "
         f"{manifest['servesweep']['source']}; vllm {pk.get('vllm')}, ray {pk.get('ray')}, "
@@ -236,6 +244,17 @@ def install() -> None:
         say(check.stderr[-3000:])
         raise NodeError("the import check failed (above): the payload does not match this "
                         "node's Python; see deploy/h200/README.md, 'When something fails'")
+
+
+def lm_eval_wrapper() -> None:
+    """Write ``bin/lm_eval`` (the site has no console scripts) when the site holds lm-eval."""
+    if not (SITE / "lm_eval").is_dir():
+        return
+    LM_EVAL_BIN.parent.mkdir(parents=True, exist_ok=True)
+    LM_EVAL_BIN.write_text(f'#!/bin/sh\nPYTHONPATH="{SITE}${{PYTHONPATH:+:$PYTHONPATH}}" '
+                           f'exec "{sys.executable}" -m lm_eval "$@"\n')
+    LM_EVAL_BIN.chmod(0o755)
+    say(f"install: lm-eval is run as {LM_EVAL_BIN}")
 
 
 def sweep_env() -> dict[str, str]:
@@ -254,13 +273,36 @@ def model(size: str, dest: str) -> None:
         say(f"model: {dest} is already there")
         return
     NODE.mkdir(parents=True, exist_ok=True)
+    if size == "arith":
+        install()  # training needs the carried transformers
+        argv = [sys.executable, str(Path(__file__).resolve()), "_arith", dest]
+        what = "training the arithmetic model (about 3 min)"
+    else:
+        argv = [sys.executable, str(HERE / "make_random_model.py"), dest, "--size", size]
+        what = f"making a random-weight {size} model (about 20 s for 8b)"
     with open(MODEL_LOG, "w") as log:
-        proc = subprocess.Popen([sys.executable, str(HERE / "make_random_model.py"), dest,
-                                 "--size", size], stdin=subprocess.DEVNULL, stdout=log,
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, env=sweep_env(),
                                 stderr=subprocess.STDOUT, start_new_session=True)
     MODEL_PID.write_text(f"{proc.pid}\n")
-    say(f"model: making a random-weight {size} model in {dest} in the background (pid "
-        f"{proc.pid}, about 20 s for 8b); the sweep waits for it")
+    say(f"model: {what} in {dest} in the background (pid {proc.pid}); log {MODEL_LOG}; the "
+        "sweep waits for it")
+
+
+def arith(dest: str) -> int:
+    """The detached trainer: the h200 arithmetic model on the GPU, then its lm-eval task."""
+    quality = HERE.parent / "quality"
+    steps = [[sys.executable, str(quality / "train_arith_model.py"), dest, "--size", "h200",
+              "--device", "cuda", "--seed", "0"],
+             [sys.executable, str(quality / "task_yaml.py"), str(Path(dest) / "eval"),
+              "test.jsonl", "--relative"]]
+    for argv in steps:
+        rc = subprocess.run(argv, env=sweep_env()).returncode
+        if rc:
+            say(f"[node] {Path(argv[1]).name} exited {rc}")
+            return rc
+    report = Path(dest) / "train_report.json"
+    say(f"[node] arithmetic model ready: {report.read_text() if report.is_file() else dest}")
+    return 0
 
 
 # -- the sweep job ------------------------------------------------------------------------------
@@ -476,8 +518,10 @@ def fetch() -> None:
     size = pack(sweep, dest, None)
     if CONSOLE.is_file():
         shutil.copyfile(CONSOLE, out / "console.txt")
+    if MODEL_LOG.is_file():
+        shutil.copyfile(MODEL_LOG, out / "model.log")
     say(f"sweep {sweep.name}: {status_line()}; {len(finished(sweep))} trial(s) final")
-    say(f"brought back: {dest.name} ({size / 1024:.0f} KiB) and console.txt")
+    say(f"brought back: {dest.name} ({size / 1024:.0f} KiB), console.txt and model.log")
 
 
 def stop(grace_s: float = 90) -> None:
@@ -516,6 +560,8 @@ def main(argv: list[str]) -> int:
             fetch()
         elif verb == "stop":
             stop()
+        elif verb == "_arith" and len(rest) == 1:
+            return arith(rest[0])
         elif verb == "_job":
             return job(rest[0], rest[1])
         else:
