@@ -123,6 +123,7 @@ class QualityRequest(Frozen):
     base_url: str  # the server's root, e.g. http://127.0.0.1:8000
     model: str  # the served model name
     tokenizer_dir: str | None = None
+    model_dir: str | None = None  # the served weights' folder, for ``model_fingerprint``
     task: QualityTask | None = None
     include_path: str | None = None  # absolute, on the node
     agreement: AgreementSpec | None = None
@@ -176,6 +177,9 @@ class QualityResult(Frozen):
     task: TaskScore | None = None
     agreement: Agreement | None = None
     wall_s: float = 0.0
+    #: the weights measured (``actors.quality.fingerprint``); None: not a local folder, or
+    #: a result from before fingerprints
+    model_fingerprint: str | None = None
 
 
 class Gate(enum.StrEnum):

@@ -6,6 +6,8 @@
 - ``agreement``: greedy continuations of a fixed, seeded prompt set, compared with the
   reference config's, and the reference's continuation scored by this server's prompt
   logprobs.
+- ``fingerprint``: ``model_fingerprint``, which weights a run measured (a delta pairs
+  the same weights, not only the same path).
 - ``runner``: ``run_quality``, both for one ``QualityRequest``; a failure of either is the
   result's status and message, never an exception out of the node.
 

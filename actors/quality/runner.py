@@ -6,6 +6,7 @@ import time
 
 from actors.contracts.quality import QualityRequest, QualityResult, QualityStatus
 from actors.quality.agreement import measure_agreement
+from actors.quality.fingerprint import model_fingerprint
 from actors.quality.lmeval import LmEvalError, run_task
 
 __all__ = ["run_quality"]
@@ -15,6 +16,7 @@ def run_quality(req: QualityRequest) -> QualityResult:
     """Measure what ``req`` asks; a failure is the result's status and message (the
     trial's speed stays measured, its quality unproven)."""
     t0 = time.monotonic()
+    fingerprint = model_fingerprint(req.model_dir)
     task = agreement = None
     try:
         if req.task is not None:
@@ -23,10 +25,11 @@ def run_quality(req: QualityRequest) -> QualityResult:
             agreement = measure_agreement(req, req.agreement)
     except LmEvalError as err:
         return QualityResult(status=QualityStatus.FAILED, message=str(err)[-2000:],
-                             agreement=agreement, wall_s=time.monotonic() - t0)
+                             agreement=agreement, wall_s=time.monotonic() - t0,
+                             model_fingerprint=fingerprint)
     except (OSError, ValueError, KeyError, IndexError, RuntimeError) as err:
         return QualityResult(status=QualityStatus.FAILED, task=task,
                              message=f"agreement probe failed: {type(err).__name__}: {err}",
-                             wall_s=time.monotonic() - t0)
+                             wall_s=time.monotonic() - t0, model_fingerprint=fingerprint)
     return QualityResult(status=QualityStatus.MEASURED, task=task, agreement=agreement,
-                         wall_s=time.monotonic() - t0)
+                         wall_s=time.monotonic() - t0, model_fingerprint=fingerprint)

@@ -235,6 +235,7 @@ class TrialExecution:
             base_url=self.ready.base_url or "",
             model=self.spec.model.served_name or self._served_name(),
             tokenizer_dir=self._tokenizer_dir(), task=q.task,
+            model_dir=self.spec.model_for(self.cfg).path,
             include_path=str(task_dir) if task_dir else None, agreement=q.agreement,
             vocab_size=self.shape.vocab if self.shape else 32000,
             reference_continuations=ref.agreement.continuations

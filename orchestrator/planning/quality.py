@@ -11,7 +11,9 @@
   or wrong (0, or one value: 1, or 100 in points).
 - ``verdict``: a finished trial's ``QualityVerdict`` (``actors.contracts.quality``): the
   gate compares the drop's interval with ``quality.max_drop`` (wholly above: rejected;
-  straddling: unproven; wholly at or below: passed).
+  straddling: unproven; wholly at or below: passed). A config served from the
+  reference's model path whose weights' fingerprint differs from the reference's (the
+  folder was made again mid-sweep) is not paired: not measured, and the note says why.
 """
 
 from __future__ import annotations
@@ -144,6 +146,18 @@ def _scores(q: QualitySpec, res: QualityResult | None) -> tuple[dict[int, float]
     return per, share, math.sqrt(share * (1 - share) / max(len(per), 1))
 
 
+def _weights_changed(result: TrialResult, reference: TrialResult) -> str:
+    """Why the pairing is void ("" when it holds): the same model path (no per-entry model
+    override, or the same one) measured with other weights than the reference's."""
+    a = result.quality.model_fingerprint if result.quality else None
+    b = reference.quality.model_fingerprint if reference.quality else None
+    if a is None or b is None or a == b or result.config.model != reference.config.model:
+        return ""
+    return (f"not paired: the model's weights changed since the reference was measured "
+            f"(fingerprint {a}, the reference's {b}): start a new sweep so both run on the "
+            "same weights")
+
+
 def verdict(q: QualitySpec, result: TrialResult, reference: TrialResult | None,
             reference_key: str) -> QualityVerdict:
     """``result``'s standing against the reference's result (``reference`` None: the
@@ -171,6 +185,10 @@ def verdict(q: QualitySpec, result: TrialResult, reference: TrialResult | None,
         return base.model_copy(update={
             "score": score, "stderr": se, "n": len(per),
             "note": "the reference's quality was not measured"})
+    changed = _weights_changed(result, reference)
+    if changed:
+        return base.model_copy(update={"score": score, "stderr": se, "n": len(per),
+                                       "note": changed})
     ref_per, ref_score, _ = _scores(q, reference.quality)
     d = paired_drop(ref_per, per)
     if d is None:

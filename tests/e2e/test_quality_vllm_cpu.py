@@ -94,6 +94,9 @@ def test_both_clean_configs_pass_and_the_degraded_copy_is_rejected(sweep):
             r.quality.message if r.quality else "no quality"
         assert r.quality.task is not None and r.quality.task.n == 100
     ref, clean, bad = trials["reference"], trials["clean"], trials["degraded"]
+    # each run says which weights it measured: the clean pair the same, the copy its own
+    fp = {role: r.quality.model_fingerprint for role, r in trials.items() if r.quality}
+    assert fp["reference"] and fp["reference"] == fp["clean"] != fp["degraded"]
     trained = json.loads((MODEL / "train_report.json").read_text())["exact_match"]
     vr, vc, vb = ref.quality_verdict, clean.quality_verdict, bad.quality_verdict
     assert vr.gate is Gate.REFERENCE

@@ -267,3 +267,44 @@ def test_compare_pairs_a_configs_quality_across_two_sweeps():
     assert change.hi < 0 and change.significant  # B lost 20 points, beyond its interval
     (same,) = quality_changes([a], [a])
     assert same.change == 0 and not same.significant
+
+
+def test_weights_rewritten_under_the_same_path_void_the_pairing(tmp_path):
+    """A model made again between two trials (a lost node, a retrain) keeps its path and its
+    trial keys: the fingerprint tells, and the delta is not paired; a copy of the same
+    weights pairs, and a per-entry model override (another model by design) pairs too."""
+    from actors.quality.fingerprint import model_fingerprint
+
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": 8}')
+    (model / "model.safetensors").write_bytes(bytes(range(256)) * 9000)  # > 2 MiB: both ends
+    first = model_fingerprint(str(model))
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in model.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    assert first is not None and model_fingerprint(str(copy)) == first
+    data = bytearray((model / "model.safetensors").read_bytes())
+    data[-5] ^= 1  # a change in the last MiB only
+    (model / "model.safetensors").write_bytes(bytes(data))
+    second = model_fingerprint(str(model))
+    assert second != first
+    assert model_fingerprint(str(tmp_path / "absent")) is None
+    assert model_fingerprint("meta-llama/Llama-3.1-8B") is None
+
+    q = _spec_q(max_drop=5)
+    per = [1.0] * 100
+    ref = _result(TrialConfig(engine="vllm"),
+                  _task(per).model_copy(update={"model_fingerprint": first}))
+    same = _result(TrialConfig(engine="vllm", kv_dtype="fp8"),
+                   _task(per).model_copy(update={"model_fingerprint": first}))
+    redone = _result(TrialConfig(engine="vllm", weights="fp8"),
+                     _task(per).model_copy(update={"model_fingerprint": second}))
+    other = _result(TrialConfig(engine="vllm", model=str(copy)),
+                    _task(per).model_copy(update={"model_fingerprint": second}))
+    assert verdict(q, same, ref, ref.key).gate is Gate.PASSED
+    v = verdict(q, redone, ref, ref.key)
+    assert v.gate is Gate.NOT_MEASURED and v.drop is None
+    assert "weights changed" in v.note and first in v.note and second in v.note
+    assert verdict(q, other, ref, ref.key).gate is Gate.PASSED
