@@ -24,6 +24,7 @@ QUALITY_HEADERS = ["config", "score", "drop vs reference [95% CI]", "p", "n", "g
 def _num(x: float | None, unit: str) -> str:
     if x is None:
         return "-"
+    x = round(x, 1 if unit == "points" else 3) + 0.0  # no "-0.0"
     return f"{x:.1f}" if unit == "points" else f"{x:.1%}"
 
 
@@ -46,7 +47,7 @@ def quality_cell(r: TrialResult) -> str:
         return "not measured (sim)" if sim else "not measured"
     if v.drop is None:
         return _num(v.score, v.unit)
-    return (f"{_num(v.score, v.unit)} (-{_num(v.drop, v.unit)} "
+    return (f"{_num(v.score, v.unit)} (drop {_num(v.drop, v.unit)} "
             f"[{_num(v.drop_lo, v.unit)}, {_num(v.drop_hi, v.unit)}])")
 
 
