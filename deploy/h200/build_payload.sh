@@ -94,7 +94,8 @@ if [ "$LM_EVAL_VERSION" != none ]; then
     LM_WHEEL=$(ls "$WORK"/wheels/lm_eval-"$LM_EVAL_VERSION"-*.whl)
   fi
   LM_ROOTS=("$LM_WHEEL")
-  LM_SEEDS=(--seed requests --seed aiohttp --seed tenacity --seed tqdm --seed tiktoken)
+  # the api extra, and pytz: typepy (pytablewriter, lm-eval's results table) imports it
+  LM_SEEDS=(--seed requests --seed aiohttp --seed tenacity --seed tqdm --seed tiktoken --seed pytz)
   step "lm-eval wheel: $(basename "$LM_WHEEL")"
 fi
 

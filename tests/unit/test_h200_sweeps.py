@@ -98,10 +98,11 @@ def test_every_real_level_reports_the_median_of_its_rounds_not_the_best(h200_hom
     # the 2026-11-29 sweeps, the long-prompt one, the 128-token and 2048-token of 12-01
     # early (d, e), then those of 12-01 evening (f: 128 tokens, g: 2048 tokens), then the
     # 1B-like and 3B-like shapes of 12-03 (h, i: 1024 + 512 tokens) and the 1B follow-up (j)
-    # and the user's traffic of 12-03 (k, l: three Poisson rates each, one round a level)
-    assert len(levels) == 24 + 15 + 15 + 10 + 10 + 10 + 15 + 15 + 8 + 6 + 6
+    # and the user's traffic of 12-03 (k, l: three Poisson rates each, one round a level),
+    # and the quality sweep of 12-03 (4 configs x c=8, c=64)
+    assert len(levels) == 24 + 15 + 15 + 10 + 10 + 10 + 15 + 15 + 8 + 6 + 6 + 8
     closed = [lv for lv in levels if lv.open_loop is None]
-    assert len(closed) == 122
+    assert len(closed) == 130
     for lv in closed:
         tputs = [rr.output_tok_s for rr in lv.rounds]
         assert len(tputs) == 2 and lv.metrics.output_tok_s == pytest.approx(median(tputs))
@@ -125,3 +126,30 @@ def test_mlflow_gets_each_trials_ready_and_compile_seconds(h200_home):
                    trial_record(r, sweep, None, 0.0).metrics}
         assert metrics["startup_s"] == pytest.approx(r.startup_s)
         assert metrics["compile_s"] == r.applied.facts["compile_s"] > 0
+
+
+def test_the_h200_quality_sweep_graded_every_precision_against_its_reference(h200_home, capsys):
+    """Issue 31 on the H200: BF16, FP8 KV, FP8 weights and both, each graded by lm-eval on
+    the same 500 questions on its own warm server, the reference first, every drop paired."""
+    from actors.contracts.quality import Gate, QualityStatus
+
+    ledger = Ledger.open("h200-quality")
+    results = ledger.results()
+    settings = {(r.config.weights, r.config.kv_dtype) for r in results.values()}
+    assert settings == {("bf16", "auto"), ("bf16", "fp8"), ("fp8", "auto"), ("fp8", "fp8")}
+    first = next(iter(results.values()))
+    assert (first.config.weights, first.config.kv_dtype) == ("bf16", "auto")
+    for r in results.values():
+        q, v = r.quality, r.quality_verdict
+        assert q is not None and q.status is QualityStatus.MEASURED and q.task is not None
+        assert q.task.n == 500 and len(q.task.per_question) == 500
+        assert r.applied is not None and r.applied.weights == r.config.weights
+        assert v is not None and v.n == 500
+        if r.key == first.key:
+            assert v.gate is Gate.REFERENCE
+        else:
+            assert v.gate is Gate.PASSED and v.drop_lo is not None and v.drop_hi is not None
+            assert v.drop_hi <= 5 and v.p_value is not None
+    assert main(["report", ledger.sweep_id]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy (drop [95% CI])" in out and "not significant" in out
