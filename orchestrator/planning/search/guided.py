@@ -221,9 +221,6 @@ class GuidedSearcher(StudySearcher):
                     return self._repeat(i), "a tie within noise"
         return None, ""
 
-    def settled(self, regime: str) -> bool:
-        return self._needs(regime) == (None, "")
-
     def _propose(self) -> Proposal | None:
         regimes = list(self.regimes)
         waiting = False
