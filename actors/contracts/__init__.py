@@ -20,6 +20,8 @@ the project (checked by tests/unit/test_layers.py).
   (what a node's reaper stopped).
 - ``hardware``: the accelerator catalog (``hardware.yaml``, plus a user file).
 - ``shapes``: model shapes (presets, or a model's ``config.json``).
+- ``model_profile``: ``ModelProfile``, a short profile's fit of one model shape on one
+  engine version and GPU (``profile-model`` writes it, ``sim.model_profile`` reads it).
 - ``settings``: every ``SERVESWEEP_*`` environment variable (``settings()``), and the
   engine marker's name.
 - ``secrets``: secrets told by name or by value (``secret_reason``), so a spec that would

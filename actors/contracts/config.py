@@ -284,6 +284,10 @@ class SimOptions(Frozen):
     # per-profile field overrides, e.g. what `servesweep calibrate` fitted:
     #   profiles: {vllm: {gemm_eff: 0.66, mem_eff: 0.71}}
     profiles: dict[str, dict[str, float]] = Field(default_factory=dict)
+    #: a short profile of this model (``servesweep profile-model``; ``model_profile``): its
+    #: fitted factors join ``profiles`` (an entry there wins) and its band every prediction.
+    #: A path, relative to the spec's folder; a sweep keeps a copy (``model-profile.json``)
+    model_profile: str | None = Field(default=None, min_length=1)
     # hold mode, for measuring the scheduler, never an engine: each level of a sim trial is
     # ``hold_s`` wall-clock seconds of idle waiting (no request sent, no CPU; not scaled by
     # ``time_scale``) after the sim server started and answered its health check. Such a

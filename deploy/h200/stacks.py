@@ -43,9 +43,10 @@ def install(wheel: str) -> None:
 
 def cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace")
 
 
 def processes() -> tuple[int | None, int | None, int | None]:
@@ -75,11 +76,13 @@ def running(port: int) -> float | None:
     return sum(vals) if vals else None
 
 
-def record(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([str(PYSPY), "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))),
-                             "--rate", "200", "--format", "raw", "--idle", "--nonblocking", "--threads",
-                             "--output", str(out)], stdout=subprocess.DEVNULL,
-                            stderr=open(str(out) + ".err", "w"))
+def record(pid: int, seconds: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy for ``seconds`` (whole: py-spy 0.4.3 panics on "4.0") on ``pid``'s threads."""
+    argv = [str(PYSPY), "record", "--pid", str(pid), "--duration", str(max(1, seconds)),
+            "--rate", "200", "--format", "raw", "--idle", "--nonblocking", "--threads",
+            "--output", str(out)]
+    with open(f"{out}.err", "w") as err:
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
 
 
 def alive(pid_file: Path) -> bool:
@@ -90,7 +93,7 @@ def alive(pid_file: Path) -> bool:
         return False
 
 
-def watch(out: Path, min_running: int, seconds: float, per_bucket: int, limit_s: float) -> None:
+def watch(out: Path, min_running: int, seconds: int, per_bucket: int, limit_s: float) -> None:
     """Sample each server per_bucket times at each load (running rounded to a multiple of 32)."""
     out.mkdir(parents=True, exist_ok=True)
     taken: collections.Counter[tuple[int, int]] = collections.Counter()

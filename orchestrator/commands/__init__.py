@@ -3,7 +3,8 @@
 
 - ``cli``: ``main`` and the parser (``COMMANDS``).
 - ``run``: ``run`` and ``resume``; ``plan``; ``report``; ``capacity`` (explain a saved
-  server log); ``calibrate``; ``sync`` (a ledger into MLflow, exactly
+  server log); ``calibrate``; ``profile_model`` (``profile-model``: a short profile of the
+  user's model, fitted and stored); ``sync`` (a ledger into MLflow, exactly
   once; ``track`` is its old name); ``import_sweep`` (``import``: a sweep folder or
   tarball brought back from another machine, made latest and synced).
 """

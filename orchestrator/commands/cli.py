@@ -16,6 +16,7 @@ from orchestrator.commands import (
     export,
     import_sweep,
     plan,
+    profile_model,
     report,
     run,
     sync,
@@ -31,7 +32,8 @@ from orchestrator.errors import (
 __all__ = ["main", "build_parser", "version", "COMMANDS"]
 
 #: The command modules, in the order ``--help`` lists them.
-COMMANDS = (run, plan, report, export, compare, capacity, calibrate, sync, import_sweep)
+COMMANDS = (run, plan, report, export, compare, capacity, calibrate, profile_model, sync,
+            import_sweep)
 
 
 def version() -> str:

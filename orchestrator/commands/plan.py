@@ -94,7 +94,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if preds:
             from orchestrator.planning.model_error import model_error
 
-            err = model_error(spec_shape(spec))
+            err = model_error(spec_shape(spec), profile=spec.model_profile,
+                              gpu=spec.hardware)
     pace = _host_pace(spec, planned, preds)
     from orchestrator.spec.traffic_plan import mix_summary
 

@@ -90,6 +90,7 @@ def _run(args: argparse.Namespace) -> tuple[int, Ledger | None]:
         ledger = Ledger.create(Path(args.spec).read_text(), spec.name, root,
                                _request_file(spec, Path(args.spec).parent))
         _keep_task_folder(spec, ledger.dir)
+        _keep_model_profile(spec, Path(args.spec).parent, ledger.dir)
         try:
             n_ok = sum(p.feasible for p in planned)
             _print(f"sweep {ledger.sweep_id}: {_header(spec, len(planned), n_ok)} on "
@@ -133,6 +134,17 @@ def _keep_task_folder(spec: SweepSpec, sweep_dir: Path) -> None:
         return
     shutil.copytree(src, sweep_dir / SWEEP_TASK_DIR, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__", "*.safetensors", "*.bin"))
+
+
+def _keep_model_profile(spec: SweepSpec, spec_dir: Path, sweep_dir: Path) -> None:
+    """The spec's model profile is copied into the sweep (``model-profile.json``): resume
+    and report read the profile the sweep started with."""
+    import shutil
+
+    from orchestrator.spec.model_profiles import SWEEP_COPY, profile_path
+
+    if spec.sim.model_profile is not None:
+        shutil.copyfile(profile_path(spec.sim.model_profile, spec_dir), sweep_dir / SWEEP_COPY)
 
 
 def _request_file(spec: SweepSpec, spec_dir: Path) -> Path | None:

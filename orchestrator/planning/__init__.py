@@ -14,6 +14,9 @@
 - ``regimes``: a trial's value per load regime (the objective, the SLO violation).
 - ``budget``: trials, wall time and GPU-hours spent against the search's budget.
 - ``model_view``: the model's predictions as level metrics, and its cross-validated error.
+- ``model_error``: the model's error band for a model shape, from committed cross-validation
+  or the spec's short profile of the model.
+- ``model_profiling``: what ``profile-model`` measures of the user's model (configs, levels).
 - ``quality``: the quality reference, paired statistics against it, the gate's verdict.
 - ``slo_capacity``: capacity at SLO, probed rate by rate.
 """

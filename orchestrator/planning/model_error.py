@@ -6,9 +6,13 @@ each point's model shape beside its errors): the user's own runs
 ``benchmarks/measured/crossval-*/`` (so a clean clone gets the same figure). For a model
 whose shape has measured points, the error is the mean |error| of output tok/s when those
 points were held out of the fit (leave one configuration out); for a shape with none
-("not profiled for this model"), it is the default profile's mean |error| on the shapes
-it was not fitted on (leave one model out), not the figure of the shape it was fitted on.
-Without any such file: ``DEFAULT_MODEL_ERROR`` and says so.
+("not profiled for this model"), it is the leave-one-model-out error (each shape predicted
+by a fit on the others; before that fold existed, the default profile's error on the shapes
+it was not fitted on), not the figure of the shape it was fitted on. A model with a short
+profile (``sim.model_profile``) gets the larger of the profile's own fit error and the
+cross-validated error after such a profile (the ``profiled`` fold), widened by
+``MISMATCH_WIDENING`` when the profile was measured on another GPU. Without any such file:
+``DEFAULT_MODEL_ERROR`` and says so.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.contracts.model_profile import MISMATCH_WIDENING, ModelProfile, shape_key
 from actors.contracts.shapes import ModelShape, load_shape
 
 __all__ = ["DEFAULT_MODEL_ERROR", "ModelError", "model_error", "shape_key", "FITTED_SHAPE"]
@@ -27,15 +32,6 @@ DEFAULT_MODEL_ERROR = 0.10
 #: the shape the default profiles were fitted on (the H200 runbook's 8B model)
 FITTED_SHAPE = "llama-3.1-8b"
 _ROOT = Path(__file__).resolve().parents[2]
-
-
-def shape_key(shape: ModelShape) -> str:
-    """A model's architecture as a short key: two models of one key run alike. The
-    vocabulary is left out (it sizes only the LM head: the runbook's random 8B model, with a
-    32k vocabulary, stands for Llama-3.1-8B and its 128k one)."""
-    moe = f"-e{shape.experts}x{shape.experts_per_token}" if shape.experts else ""
-    return (f"l{shape.layers}-h{shape.hidden}-a{shape.heads}/{shape.kv_heads}"
-            f"-d{shape.head_dim}-i{shape.intermediate}{moe}")
 
 
 @dataclass(frozen=True)
@@ -77,8 +73,12 @@ def _mean(rows: list[dict[str, Any]], col: str) -> float | None:
 
 
 def model_error(shape: ModelShape | None, results_dir: Path | None = None,
-                measured_dir: Path | None = None) -> ModelError:
-    """The model's error for ``shape`` (see the module doc)."""
+                measured_dir: Path | None = None, profile: ModelProfile | None = None,
+                gpu: str | None = None) -> ModelError:
+    """The model's error for ``shape`` (see the module doc); ``profile``: the spec's short
+    profile of it, ``gpu``: the hardware the prediction is for."""
+    if profile is not None and (shape is None or shape_key(shape) == profile.shape):
+        return _profiled(profile, gpu, _files(results_dir, measured_dir))
     fitted = shape_key(load_shape(FITTED_SHAPE, None))
     for path in _files(results_dir, measured_dir):
         rows = _rows(path)
@@ -90,6 +90,11 @@ def model_error(shape: ModelShape | None, results_dir: Path | None = None,
         if mine and err is not None:
             return ModelError(err, f"cross-validated on {len(mine)} measured points of this "
                               f"model's shape ({where})", True, len(mine))
+        err = _mean(rows, "lomo")
+        if err is not None:
+            return ModelError(err, "not profiled for this model: the model's error on each "
+                              "measured shape when that shape was left out of the fit "
+                              f"({len(rows)} points, {where})", False, len(rows))
         unseen = [r for r in rows if r["shape"] != fitted]
         err = _mean(unseen, "default")
         if err is not None:
@@ -97,3 +102,18 @@ def model_error(shape: ModelShape | None, results_dir: Path | None = None,
                               f"on {len(unseen)} points of model shapes it was not fitted on "
                               f"({where})", False, len(unseen))
     return ModelError(DEFAULT_MODEL_ERROR, "default (no cross-validation data found)", False)
+
+
+def _profiled(profile: ModelProfile, gpu: str | None, files: list[Path]) -> ModelError:
+    held = next((e for p in files if (rows := _rows(p)) is not None
+                 and (e := _mean(rows, "profiled")) is not None), None)
+    value = max(profile.error_after, held or 0.0) or DEFAULT_MODEL_ERROR
+    source = (f"profiled ({profile.sweep_id}: {profile.points} levels, fit error "
+              f"{100 * profile.error_after:.0f}%"
+              + (f"; {100 * held:.0f}% cross-validated after such a profile" if held else "")
+              + ")")
+    notes = profile.mismatch(None, gpu) if gpu else []
+    if notes:
+        value *= MISMATCH_WIDENING
+        source += f"; band x{MISMATCH_WIDENING}: " + ", ".join(notes)
+    return ModelError(value, source, True, profile.points)

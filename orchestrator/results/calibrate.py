@@ -26,6 +26,7 @@ from scipy import optimize
 from actors.contracts.hardware import get_hardware
 from actors.contracts.results import TrialResult
 from actors.contracts.shapes import ModelShape
+from actors.contracts.states import LevelFlag
 from actors.contracts.traffic import LevelKind
 from actors.engines.sim import sim_settings
 from actors.sim.perf import FITTABLE, get_profile
@@ -63,6 +64,8 @@ SCALES = {"gemm_eff": 0.05, "mem_eff": 0.05, "eager_us_per_layer": 20.0,
 PRIOR = 0.15
 #: requests simulated per point at most (a round's count, capped for time)
 MAX_REQUESTS = 1024
+#: flags of a level whose numbers are not the server's, never fitted
+NOT_THE_SERVER = frozenset({LevelFlag.CLIENT_BOUND, LevelFlag.SIM_BEHIND, LevelFlag.LATE_SENDS})
 #: the metrics a sweep's level contributes (TPOT is left out: ITL says the same, twice)
 LEVEL_METRICS = ("output_tok_s", "itl_p50_ms", "ttft_p50_ms", "ttft_p99_ms")
 
@@ -90,14 +93,16 @@ class CalibrationResult:
 
 def collect_points(results: list[TrialResult],
                    spec: SweepSpec | None = None) -> dict[str, list[Point]]:
-    """Valid measured levels grouped by the profile they calibrate."""
+    """Valid measured levels grouped by the profile they calibrate. A level that did not
+    measure the server is left out (``NOT_THE_SERVER``: its client could not keep up, its
+    sim fell behind, its sends went late): its throughput is the client's or the host's."""
     groups: dict[str, list[Point]] = {}
     for r in results:
         fam = family_of(r.config)
         if fam is None:  # no sim profile models the engine (an external endpoint)
             continue
         for lv in r.levels:
-            if lv.status != "valid" or lv.metrics is None:
+            if lv.status != "valid" or lv.metrics is None or NOT_THE_SERVER & set(lv.flags):
                 continue
             if lv.identity.kind is not LevelKind.CONCURRENCY or (
                     spec is not None and spec.workload.requests is not None):

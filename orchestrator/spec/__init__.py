@@ -3,6 +3,8 @@
 - ``model``: ``SweepSpec`` and its sweep-only parts (cluster, SLO, search, failure
   policy), ``load_spec`` / ``parse_spec`` with one line per bad field.
 - ``rules``: ``EngineRules``, the engines' checks handed to validation.
+- ``model_profiles``: ``sim.model_profile``, a short profile's factors read into
+  ``sim.profiles`` when the spec loads.
 
 The parts that cross to the actors live in ``actors.contracts.config``.
 """

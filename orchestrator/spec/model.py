@@ -37,6 +37,7 @@ from actors.contracts.config import (
     Workload,
 )
 from actors.contracts.hardware import hardware_names
+from actors.contracts.model_profile import ModelProfile
 from actors.contracts.quality import QualitySpec
 from actors.contracts.secrets import SECRET_ERROR
 from actors.contracts.shapes import preset_names
@@ -45,6 +46,7 @@ from actors.contracts.states import FailureClass
 from actors.contracts.traffic import RequestPlan
 from actors.engines import adapter_names, get_adapter
 from orchestrator.errors import SpecError
+from orchestrator.spec.model_profiles import apply_model_profile
 from orchestrator.spec.quality_checks import (
     check_quality,
     check_task_files,
@@ -174,6 +176,13 @@ class SweepSpec(Frozen):
     #: the folder the spec was read from (a request file's relative path starts there)
     _base_dir: Path | None = PrivateAttr(default=None)
     _plan: list[RequestPlan | None] = PrivateAttr(default_factory=list)
+    #: the short profile ``sim.model_profile`` names, read when the spec loaded
+    _model_profile: ModelProfile | None = PrivateAttr(default=None)
+
+    @property
+    def model_profile(self) -> ModelProfile | None:
+        """The model's short profile (``sim.model_profile``), if the spec names one."""
+        return self._model_profile
 
     def request_plan(self) -> RequestPlan | None:
         """The workload's request list (None: the fixed shape), built once."""
@@ -346,9 +355,11 @@ def parse_spec(data: Any, source: str = "spec", base_dir: Path | None = None) ->
             data = {**data, "workload": work}
         except SpecError as err:
             raise SpecError(f"{source}: {err}") from None
+    data, model_profile = apply_model_profile(data, base_dir, source)
     try:
         spec = SweepSpec.model_validate(data, context={"rules": EngineRules()})
         spec._base_dir = base_dir
+        spec._model_profile = model_profile
         if spec.quality is not None:
             problems = check_task_files(spec.quality, base_dir)
             if problems:

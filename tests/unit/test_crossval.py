@@ -18,6 +18,9 @@ def test_discovers_the_fixture_sweeps_and_the_real_agreement_runs_not_the_sim_on
     assert not any("agreement-sim" in s for s in sources)  # the sim's runs are no ground truth
     assert any("agreement-sim" in s for s in data.skipped)
     assert any("rate20" in s and "open loop" in s for s in data.skipped)
+    # the quality sweep's 9.6 M-parameter model is host time alone: not the model's domain
+    assert any("h200-quality" in s and "M-parameter" in s for s in data.skipped)
+    assert all(p.shape.params() >= 100e6 for p in data.points)
     assert len(data.points) >= 31
     lengths = {p.spec.workload.prompt_tokens for p in data.points if p.spec}
     assert {128, 512, 4096} <= lengths
@@ -34,20 +37,47 @@ def test_a_sweep_dropped_under_a_root_joins_the_next_run(tmp_path):
     assert len(data.points) == 8 and data.skipped == []
 
 
-def test_folds_hold_out_each_configuration_and_each_prompt_length():
+def test_folds_hold_out_each_configuration_prompt_length_and_model():
+    from orchestrator.planning.model_error import shape_key
+
     pts = discover(DEFAULT_ROOTS).points
     jobs = cv._folds(pts, 5, "powell", frozenset())
     kinds = [j[0] for j in jobs]
     lengths = {p.spec.workload.prompt_tokens for p in pts if p.spec}
+    shapes = {shape_key(p.shape) for p in pts}
     assert kinds.count("lopo") == len(lengths) and kinds.count("insample") == 1
-    for kind, name, train, held, *_ in jobs:
+    assert kinds.count("lomo") == len(shapes) >= 3  # 8B, and the 1B- and 3B-like of issue 30
+    keys = {"loco": config_group, "lopo": lambda p: f"prompt={p.spec.workload.prompt_tokens}",
+            "lomo": lambda p: shape_key(p.shape), "profiled": lambda p: shape_key(p.shape)}
+    for kind, name, train, held, *_, then in jobs:
         if kind == "insample":
             continue
-        assert not set(train) & set(held) and sorted(train + held) == list(range(len(pts)))
-        key = config_group if kind == "loco" else \
-            (lambda p: f"prompt={p.spec.workload.prompt_tokens}")
+        key = keys[kind]
+        assert not set(train) & set(held) and not set(then) & set(held)
         assert {key(pts[i]) for i in held} == {name}
         assert name not in {key(pts[i]) for i in train}
+        if kind == "profiled":  # the model's profile levels fitted, its other levels scored
+            assert then and {pts[i].concurrency for i in then} <= set(cv.PROFILE_LEVELS)
+            assert {key(pts[i]) for i in then} == {name}
+            assert not {pts[i].concurrency for i in held} & set(cv.PROFILE_LEVELS)
+            assert sorted(train + held + then) == list(range(len(pts)))
+        else:
+            assert then == [] and sorted(train + held) == list(range(len(pts)))
+    assert kinds.count("profiled") >= 2
+
+
+def test_precision_signs_count_effects_beyond_five_percent_by_the_fold_that_predicts_them():
+    def row(config, measured, lomo):
+        return {"point": config, "config": config, "shape": "s", "prompt_tokens": 1024,
+                "concurrency": 32, "measured": {"output_tok_s": measured},
+                "lomo": {"output_tok_s": lomo}}
+    rows = [row("vllm tp1 bf16 kv=auto graphs", 100.0, 100.0),
+            row("vllm tp1 fp8 kv=auto graphs", 80.0, 120.0),   # slower, predicted faster
+            row("vllm tp1 bf16 kv=fp8 graphs", 110.0, 105.0),  # faster, predicted faster
+            row("vllm tp1 fp8 kv=fp8 graphs", 102.0, 90.0)]    # within 5%: not counted
+    signs = cv.precision_signs(rows)["lomo"]
+    assert signs["right"] == 1 and len(signs["wrong"]) == 1
+    assert "fp8 kv=auto" in signs["wrong"][0] and "-20%" in signs["wrong"][0]
 
 
 def test_summary_counts_points_outside_the_goal():

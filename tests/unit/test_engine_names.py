@@ -29,6 +29,10 @@ ADAPTERS = ROOT / "actors" / "engines"
 
 #: (file, constant) -> why the name is not an engine branch
 ALLOWED = {
+    ("orchestrator/planning/model_profiling.py", "sim"):
+        "the spec's `sim:` section (the profiling spec keeps its time scale), not the engine",
+    ("orchestrator/spec/model_profiles.py", "sim"):
+        "the spec's `sim:` section (sim.model_profile, sim.profiles), not the engine",
     ("orchestrator/commands/calibrate.py", "sim"):
         "the spec's `sim:` section (SweepSpec.sim.profiles) the fitted factors are written "
         "under, not the engine",

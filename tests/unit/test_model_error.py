@@ -80,3 +80,17 @@ def test_plan_prints_the_band_and_says_when_the_model_is_not_profiled(tmp_path, 
         out = capsys.readouterr().out
         assert "predicted throughput ±" in out and re.search(r"tok/s +±\d+%", out)
         assert ("NOT PROFILED" in out) is (not profiled), out[:400]
+
+
+def test_an_unseen_shape_gets_the_leave_one_model_out_error_once_it_is_measured(tmp_path):
+    """With the leave-one-model-out fold in the file, a shape nobody profiled gets what the
+    model does on a shape it was not fitted on (each measured shape left out in turn)."""
+    other = EIGHT_B.model_copy(update={"name": "small", "layers": 16, "hidden": 2048})
+    rows = [_row(EIGHT_B, 0.04, 0.03), _row(other, 0.10, -0.20)]
+    rows[0]["err_lomo"] = {"output_tok_s": -0.30}
+    rows[1]["err_lomo"] = {"output_tok_s": 0.50}
+    (tmp_path / "crossval-x.json").write_text(json.dumps({"rows": rows}))
+    unseen = EIGHT_B.model_copy(update={"name": "new", "layers": 7})
+    e = model_error(unseen, tmp_path, tmp_path / "none")
+    assert not e.profiled and e.value == pytest.approx(0.40) and e.points == 2
+    assert "left out of the fit" in e.source

@@ -81,7 +81,7 @@ class GuidedSearcher(StudySearcher):
         if given:
             self.error, self.error_source = given, "search.model_error"
         else:
-            found = model_error(shape)
+            found = model_error(shape, profile=spec.model_profile, gpu=spec.hardware)
             self.error, self.error_source = found.value, found.source
         self.refit = refit
         self.rescore, self.calib_evals, self.calib_points = rescore, calib_evals, calib_points
