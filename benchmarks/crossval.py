@@ -11,6 +11,11 @@ copied under benchmarks/results/ joins the next run. Folds:
 - **leave one configuration out** (LOCO): for each configuration (engine settings), fit
   ``calibrate`` on every other configuration's points, predict the held-out one;
 - **leave one prompt length out** (LOPO), when the data has two or more prompt lengths;
+- **leave one model out** (LOMO), when the data has two or more model shapes: fit on every
+  other shape's points, predict this shape's (what a model nobody profiled gets);
+- **profiled** (LOMO, then a profile): the LOMO fit, fitted again on this shape's
+  ``PROFILE_LEVELS`` points of each configuration alone (what a short profile of the user's
+  model measures), predicting this shape's other points (the profiled ones are not scored);
 - beside them the **default** profile (unfitted) and the **in-sample** fit on everything (how
   far the out-of-sample error is from the best the model can do).
 
@@ -50,24 +55,34 @@ GOALS: dict[str, tuple[float, float] | None] = {
     "output_tok_s": (0.10, 0.05), "itl_p50_ms": (0.10, 0.05), "tpot_p50_ms": (0.10, 0.05),
     "ttft_p50_ms": (0.20, 0.10), "ttft_p99_ms": None}
 PROFILE = "vllm"
+#: the concurrencies a short profile of a model measures, per configuration (issue 30)
+PROFILE_LEVELS = (1, 32)
 
 _POINTS: list[Point] = []  # set before the workers fork
 
 
-Job = tuple[str, str, list[int], list[int], int, str, frozenset[str], dict[str, float]]
+#: (kind, name, train, held, max_evals, method, freeze, base, then-train): a fold fits on
+#: ``train``, then (profiled folds) again on ``then-train`` from that fit, and predicts ``held``
+Job = tuple[str, str, list[int], list[int], int, str, frozenset[str], dict[str, float],
+            list[int]]
 
 
 def _fit_and_predict(job: Job) -> dict:
-    kind, name, train, held, max_evals, method, freeze, base = job
-    pts = [_POINTS[i] for i in train]
+    kind, name, train, held, max_evals, method, freeze, base, then = job
     t0 = time.process_time()
-    fit = calibrate(pts, pts[0].spec, pts[0].shape, PROFILE,  # type: ignore[arg-type]
-                    max_evals=max_evals, method=method, freeze=freeze, base=base)
+    evaluations = 0
+    for stage in (train, then):
+        if not stage:
+            continue
+        pts = [_POINTS[i] for i in stage]
+        fit = calibrate(pts, pts[0].spec, pts[0].shape, PROFILE,  # type: ignore[arg-type]
+                        max_evals=max_evals, method=method, freeze=freeze, base=base)
+        base, evaluations = dict(fit.fitted), evaluations + fit.evaluations
     held_pts = [_POINTS[i] for i in held]
     preds = predict_points(held_pts, held_pts[0].spec, held_pts[0].shape, PROFILE,  # type: ignore
                            fit.fitted)
-    return {"kind": kind, "name": name, "train": len(train), "held": held,
-            "fitted": fit.fitted, "varied": fit.varied, "evaluations": fit.evaluations,
+    return {"kind": kind, "name": name, "train": len(train) + len(then), "held": held,
+            "fitted": fit.fitted, "varied": fit.varied, "evaluations": evaluations,
             "train_error_after": fit.error_after, "cpu_s": time.process_time() - t0,
             "preds": preds}
 
@@ -78,16 +93,24 @@ def _folds(points: list[Point], max_evals: int, method: str, freeze: frozenset[s
     jobs: list[Job] = []
     everyone = list(range(len(points)))
     for kind, key in (("loco", config_group),
-                      ("lopo", lambda p: f"prompt={p.spec.workload.prompt_tokens}")):
+                      ("lopo", lambda p: f"prompt={p.spec.workload.prompt_tokens}"),
+                      ("lomo", lambda p: shape_key(p.shape))):
         groups: dict[str, list[int]] = {}
         for i, p in enumerate(points):
             groups.setdefault(key(p), []).append(i)
         if len(groups) < 2:
             continue
         for name, held in groups.items():
-            jobs.append((kind, name, [i for i in everyone if i not in held], held, max_evals,
-                         method, freeze, base))
-    jobs.append(("insample", "all", everyone, everyone, max_evals, method, freeze, base))
+            others = [i for i in everyone if i not in held]
+            jobs.append((kind, name, others, held, max_evals, method, freeze, base, []))
+            if kind != "lomo":
+                continue
+            profile = [i for i in held if points[i].concurrency in PROFILE_LEVELS]
+            rest = [i for i in held if i not in profile]
+            if profile and rest:
+                jobs.append(("profiled", name, others, rest, max_evals, method, freeze, base,
+                             profile))
+    jobs.append(("insample", "all", everyone, everyone, max_evals, method, freeze, base, []))
     return jobs
 
 
@@ -115,7 +138,7 @@ def run(points: list[Point], max_evals: int, jobs: int, method: str = "trf",
             res["held"] = len(res["held"])
             folds.append(res)
     for r in rows:
-        for col in ("default", "loco", "lopo", "insample"):
+        for col in FOLD_COLUMNS:
             if col in r:
                 r["err_" + col] = {k: _err(r[col].get(k), v) for k, v in r["measured"].items()}
     shapes = sorted({r["shape"] for r in rows})
@@ -124,10 +147,51 @@ def run(points: list[Point], max_evals: int, jobs: int, method: str = "trf",
             "repeat_spread": repeat_spread(points)}
 
 
+FOLD_COLUMNS = ("default", "loco", "lopo", "lomo", "profiled", "insample")
+
+
+def precision_signs(rows: list[dict], beyond: float = 0.05) -> dict:
+    """Per column, how many measured precision effects (FP8 weights or FP8 KV against the
+    same sweep's BF16 / auto KV config of otherwise the same settings, at the same level) beyond
+    ``beyond`` the column predicts with the right sign, and which it gets wrong."""
+    def base_key(r: dict) -> str:
+        return (r["config"].replace(" fp8 ", " bf16 ").replace("kv=fp8", "kv=auto")
+                + _where(r))
+    bf16 = {base_key(r): r for r in rows if base_key(r) == _own_key(r)}
+    out: dict = {}
+    for r in rows:
+        ref = bf16.get(base_key(r))
+        if ref is None or base_key(r) == _own_key(r):
+            continue
+        effect = r["measured"]["output_tok_s"] / ref["measured"]["output_tok_s"] - 1
+        if abs(effect) <= beyond:
+            continue
+        for col in FOLD_COLUMNS:
+            if col not in r or col not in ref:
+                continue
+            guess = r[col]["output_tok_s"] / ref[col]["output_tok_s"] - 1
+            tally = out.setdefault(col, {"right": 0, "wrong": []})
+            if (guess > 0) == (effect > 0):
+                tally["right"] += 1
+            else:
+                tally["wrong"].append(f"{r['point']} ({r['shape']}): measured {effect:+.0%}, "
+                                      f"predicted {guess:+.0%}")
+    return out
+
+
+def _where(r: dict) -> str:
+    """The pair's common ground: one sweep (one node), shape, lengths, level."""
+    return f"|{r.get('source', '')}|{r['shape']}|{r['prompt_tokens']}|{r['concurrency']}"
+
+
+def _own_key(r: dict) -> str:
+    return r["config"] + _where(r)
+
+
 def summarise(rows: list[dict]) -> dict:
     out: dict = {}
     for m in METRICS:
-        for col in ("default", "loco", "lopo", "insample"):
+        for col in FOLD_COLUMNS:
             errs = [(r["err_" + col][m], r["point"]) for r in rows
                     if "err_" + col in r and r["err_" + col].get(m) is not None]
             if not errs:
@@ -167,7 +231,8 @@ def repeat_spread(points: list[Point]) -> dict:
 NAMES = {"output_tok_s": "throughput", "itl_p50_ms": "ITL p50", "tpot_p50_ms": "TPOT p50",
          "ttft_p50_ms": "TTFT p50", "ttft_p99_ms": "TTFT p99"}
 COLS = (("default", "default profile"), ("loco", "leave one config out"),
-        ("lopo", "leave one prompt length out"), ("insample", "in-sample fit"))
+        ("lopo", "leave one prompt length out"), ("lomo", "leave one model out"),
+        ("profiled", "model out, then profiled at c=1, 32"), ("insample", "in-sample fit"))
 
 
 def summary_table(summary: dict) -> str:
@@ -199,7 +264,8 @@ def point_table(rows: list[dict]) -> str:
             if mm not in r["measured"]:
                 cells.append("-")
                 continue
-            errs = [r[f"err_{c}"][mm] for c in ("default", "loco", "lopo") if f"err_{c}" in r]
+            errs = [r[f"err_{c}"][mm] for c in ("default", "loco", "lopo", "lomo", "profiled")
+                    if f"err_{c}" in r]
             cells.append(" / ".join(f"{e:+.0%}" for e in errs) + ("*" if mm != m else ""))
         lines.append(f"| {r['point']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -232,6 +298,7 @@ def main() -> None:
     result = run(data.points, a.max_evals, a.jobs, a.method, freeze, base)
     for row, p in zip(result["rows"], data.points):
         row["source"] = data.sources.get(id(p), "")
+    result["precision_signs"] = precision_signs(result["rows"])
     result.update(label=a.label, max_evals=a.max_evals, method=a.method, freeze=sorted(freeze),
                   base=base,
                   skipped=data.skipped,
@@ -246,8 +313,15 @@ def main() -> None:
     print("Repeated measurements of one level, spread around their mean (the noise floor): "
           + "; ".join(f"{NAMES[m]} {v['mean_abs']:.1%} mean, {v['max']:.1%} max ({v['n']})"
                       for m, v in result["repeat_spread"].items()) + "\n")
-    print("Per point, relative error: default / leave-one-config-out / leave-one-prompt-length-"
-          "out (* TPOT p50 where the run has no ITL)\n")
+    for shape, by in result["by_shape"].items():
+        print(f"Model shape {shape}:\n\n{summary_table(by)}\n")
+    for col, tally in result["precision_signs"].items():
+        print(f"precision effects beyond 5%, {col}: {tally['right']} of "
+              f"{tally['right'] + len(tally['wrong'])} with the right sign"
+              + "".join(f"\n  wrong: {w}" for w in tally["wrong"]))
+    print("\nPer point, relative error: default / leave-one-config-out / leave-one-prompt-length-"
+          "out / leave-one-model-out / profiled, each where the point was held out (* TPOT p50 "
+          "where the run has no ITL)\n")
     print(point_table(result["rows"]))
     for f in result["folds"]:
         print(f"\nfold {f['kind']} {f['name']}: {f['train']} points fitted, {f['evaluations']} "
