@@ -14,6 +14,8 @@ only, so it works before anything is installed. Every verb returns within second
                      the arithmetic model (deploy/quality, about 3 min on the GPU) and
                      write its lm-eval task into DEST/eval (what a `quality:` spec reads)
     start SPEC       install if needed, then start the sweep detached; returns at once
+    profile SPEC     the same for `servesweep profile-model SPEC` (a short profile of the
+                     spec's model; the fit lands in the sweep as model-profile-<profile>.json)
     resume [PATH]    finish a sweep brought back from a lost node (PATH: its tarball or folder;
                      default: the one tarball carried in .payload/sweep/), detached
     poll             the progress so far; the finished trials' results to $OUT (< 10 s)
@@ -353,12 +355,14 @@ def job(command: str, arg: str) -> int:
     return rc
 
 
-def start(spec: str) -> None:
+def start(spec: str, command: str = "run") -> None:
+    """``servesweep run SPEC`` (or ``profile-model SPEC``: a short profile of the spec's
+    model, whose fit lands in the sweep folder as ``model-profile-<profile>.json``)."""
     path = Path(spec).resolve()
     if not path.is_file():
         raise NodeError(f"no spec {spec} (relative to {Path.cwd()}): run from the repository root")
     install()
-    launch("run", str(path))
+    launch(command, str(path))
 
 
 def resume(source: str | None) -> None:
@@ -550,6 +554,8 @@ def main(argv: list[str]) -> int:
             model(size, dests[0] if dests else "/tmp/model")
         elif verb == "start" and len(rest) == 1:
             start(rest[0])
+        elif verb == "profile" and len(rest) == 1:
+            start(rest[0], "profile-model")
         elif verb == "resume" and len(rest) <= 1:
             resume(rest[0] if rest else None)
         elif verb == "poll":
