@@ -118,6 +118,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if err is not None:
         _print(f"predicted throughput {err.band()} ({'' if err.profiled else 'NOT PROFILED: '}"
                f"{err.source})")
+        if not err.profiled and spec.model_profile is None:
+            _print(f"  a short profile of this model narrows it: servesweep profile-model "
+                   f"{args.spec}, then sim: {{model_profile: PATH}} in the spec")
     for line in _search_lines(spec, planned):
         _print(line)
     for i, p in enumerate(planned, 1):

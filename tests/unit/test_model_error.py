@@ -80,6 +80,7 @@ def test_plan_prints_the_band_and_says_when_the_model_is_not_profiled(tmp_path, 
         out = capsys.readouterr().out
         assert "predicted throughput ±" in out and re.search(r"tok/s +±\d+%", out)
         assert ("NOT PROFILED" in out) is (not profiled), out[:400]
+        assert ("servesweep profile-model" in out) is (not profiled)  # and how to profile it
 
 
 def test_an_unseen_shape_gets_the_leave_one_model_out_error_once_it_is_measured(tmp_path):
