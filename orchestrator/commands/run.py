@@ -80,6 +80,9 @@ def _run(args: argparse.Namespace) -> tuple[int, Ledger | None]:
         reference_trial(spec.quality, planned)
     if not any(p.feasible for p in planned):  # the cluster's node sizes only prune more
         return _nothing_to_run(spec.name, planned), None
+    from orchestrator.commands.profiling import profile_first
+
+    spec = profile_first(args, spec, _run)
     from orchestrator.execution.runner import execute, reap_orphans
     from orchestrator.results.tracking import Tracker
 
@@ -91,6 +94,10 @@ def _run(args: argparse.Namespace) -> tuple[int, Ledger | None]:
                                _request_file(spec, Path(args.spec).parent))
         _keep_task_folder(spec, ledger.dir)
         _keep_model_profile(spec, Path(args.spec).parent, ledger.dir)
+        if spec.profile_spent_s:
+            from orchestrator.spec.model_profiles import SPENT_FILE
+
+            (ledger.dir / SPENT_FILE).write_text(f"{spec.profile_spent_s:.1f}\n")
         try:
             n_ok = sum(p.feasible for p in planned)
             _print(f"sweep {ledger.sweep_id}: {_header(spec, len(planned), n_ok)} on "

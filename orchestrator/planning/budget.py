@@ -45,8 +45,9 @@ class BudgetTracker:
         self._cache: dict[str, float] = {}
         ran = [r for r in prior if r.status is not TrialStatus.INFEASIBLE]
         self.trials = len(ran)
-        self.prior_wall_s = sum(r.wall_s or 0.0 for r in ran)
-        self.gpu_hours = sum(self.cost(r) for r in ran)
+        # and what profiling the model first cost (``search.profile_first``)
+        self.prior_wall_s = sum(r.wall_s or 0.0 for r in ran) + spec.profile_spent_s
+        self.gpu_hours = sum(self.cost(r) for r in ran) + spec.profile_spent_s / 3600
         self.in_flight: dict[str, float] = {}
 
     def estimate(self, cfg: TrialConfig) -> float:

@@ -46,7 +46,7 @@ from actors.contracts.states import FailureClass
 from actors.contracts.traffic import RequestPlan
 from actors.engines import adapter_names, get_adapter
 from orchestrator.errors import SpecError
-from orchestrator.spec.model_profiles import apply_model_profile
+from orchestrator.spec.model_profiles import apply_model_profile, profile_spent_s
 from orchestrator.spec.quality_checks import (
     check_quality,
     check_task_files,
@@ -178,6 +178,14 @@ class SweepSpec(Frozen):
     _plan: list[RequestPlan | None] = PrivateAttr(default_factory=list)
     #: the short profile ``sim.model_profile`` names, read when the spec loaded
     _model_profile: ModelProfile | None = PrivateAttr(default=None)
+    #: the seconds the sweep spent making that profile (``search.profile_first``), which
+    #: its budget counts as spent
+    _profile_spent_s: float = PrivateAttr(default=0.0)
+
+    @property
+    def profile_spent_s(self) -> float:
+        """GPU seconds this sweep spent profiling its model first (0: none)."""
+        return self._profile_spent_s
 
     @property
     def model_profile(self) -> ModelProfile | None:
@@ -360,6 +368,7 @@ def parse_spec(data: Any, source: str = "spec", base_dir: Path | None = None) ->
         spec = SweepSpec.model_validate(data, context={"rules": EngineRules()})
         spec._base_dir = base_dir
         spec._model_profile = model_profile
+        spec._profile_spent_s = profile_spent_s(base_dir)
         if spec.quality is not None:
             problems = check_task_files(spec.quality, base_dir)
             if problems:

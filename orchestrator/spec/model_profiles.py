@@ -16,10 +16,22 @@ from actors.contracts.model_profile import ModelProfile, read_model_profile, sha
 from actors.contracts.shapes import load_shape
 from orchestrator.errors import SpecError
 
-__all__ = ["SWEEP_COPY", "apply_model_profile", "profile_path"]
+__all__ = ["SPENT_FILE", "SWEEP_COPY", "apply_model_profile", "profile_path",
+           "profile_spent_s"]
 
 #: the copy of the spec's model profile a sweep folder keeps (resume reads it)
 SWEEP_COPY = "model-profile.json"
+#: in a sweep folder: the GPU seconds the sweep spent making its profile first
+SPENT_FILE = "model-profile-spent.txt"
+
+
+def profile_spent_s(base_dir: Path | None) -> float:
+    """The seconds a sweep (its folder: ``base_dir``) spent profiling its model first."""
+    path = base_dir / SPENT_FILE if base_dir is not None else None
+    try:
+        return float(path.read_text()) if path is not None and path.is_file() else 0.0
+    except (OSError, ValueError):
+        return 0.0
 
 
 def profile_path(name: str, base_dir: Path | None) -> Path:
@@ -38,6 +50,10 @@ def apply_model_profile(data: dict[str, Any], base_dir: Path | None,
     """``data`` with the named profile's factors in ``sim.profiles``, and the profile."""
     sim = data.get("sim")
     name = sim.get("model_profile") if isinstance(sim, dict) else None
+    if (not isinstance(name, str) or not name) and base_dir is not None \
+            and (base_dir / SWEEP_COPY).is_file():
+        # a sweep's own spec.yaml: the profile the sweep started with (``profile_first``)
+        sim, name = dict(sim if isinstance(sim, dict) else {}), SWEEP_COPY
     if not isinstance(name, str) or not name:
         return data, None
     assert isinstance(sim, dict)

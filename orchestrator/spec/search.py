@@ -172,6 +172,10 @@ class SearchSpec(Frozen):
     #: tpe, random, nsga2: the studies first try the performance model's best N configs
     #: (its top picks per regime, regimes in turn; a fresh study only), then sample
     seed_from_model: int = Field(default=0, ge=0)
+    #: guided and seed_from_model: without ``sim.model_profile``, first use the stored short
+    #: profile of this model, shape, engine and GPU, or make one (``profile-model``; its GPU
+    #: time counts in the budget). None: on when the space has an engine that is not the sim
+    profile_first: bool | None = None
     seed: int = 0
 
     @field_validator("budget", mode="before")

@@ -74,3 +74,45 @@ def test_profile_model_measures_fits_stores_and_a_spec_plans_with_it(state_home,
     capsys.readouterr()
     kept = Ledger.open("mine-2").dir / "model-profile.json"
     assert json.loads(kept.read_text()) == json.loads(stored[0].read_text())
+
+
+def test_guided_profiles_the_model_first_counts_it_and_reuses_it(state_home, tmp_path, capsys):
+    """``search.profile_first`` (on by default for a real engine; asked for here, on the sim):
+    a guided search without ``sim.model_profile`` profiles its model first, predicts with the
+    profile's band, counts its seconds in the budget, keeps a copy for ``resume``; the next
+    search of that model uses the stored profile instead of making another."""
+    from orchestrator.planning.budget import BudgetTracker
+    from orchestrator.spec import load_spec
+
+    data = minimal_spec(name="gd", model={"path": str(SHAPE_DIR), "served_name": "m1b"},
+                        workload={"prompt_tokens": 128, "output_tokens": 16,
+                                  "concurrency": [4], "rounds": 1, "warmup_requests": 1})
+    data["sim"] = {"time_scale": 1.0, "profiles": {"vllm": TRUTH}}
+    data["space"] = [{"engine": "sim", "profile": "vllm", "weights": ["bf16", "fp8"]}]
+    data["search"] = {"kind": "optuna", "sampler": "guided", "profile_first": True,
+                      "budget": {"trials": 2}}
+    spec = tmp_path / "gd.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    assert main(["run", str(spec), "--no-mlflow", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "profiling it first" in out
+    profiled = Ledger.open("gd-profile")
+    stored = list((state_home / "model-profiles").rglob("sim-*.json"))
+    search = Ledger.open("gd-2")
+    if not stored:  # a machine too busy for any level: said, and the search went on
+        assert "measured nothing to fit" in out and not (search.dir / "model-profile.json").exists()
+        return
+    profile = read_model_profile(stored[0])
+    assert profile.sweep_id == profiled.sweep_id and "(made now:" in out
+    # the sweep keeps the profile; read back from its folder (resume), it predicts with it
+    # and its budget starts with the profile's seconds spent
+    again = load_spec(search.dir / "spec.yaml")
+    assert again.model_profile == profile and again.profile_spent_s == profile.gpu_seconds > 0
+    tracker = BudgetTracker(again.search.budget, again, None, [])
+    assert tracker.gpu_hours == pytest.approx(profile.gpu_seconds / 3600)
+    # a second search of the model uses the stored profile: no second profile sweep
+    spec.write_text(yaml.safe_dump({**data, "name": "gd2"}))
+    assert main(["run", str(spec), "--no-mlflow", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "(stored)" in out and "profiling it first" not in out
+    assert len(list((state_home / "sweeps").glob("gd*-profile-*"))) == 1

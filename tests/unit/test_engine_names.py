@@ -29,6 +29,8 @@ ADAPTERS = ROOT / "actors" / "engines"
 
 #: (file, constant) -> why the name is not an engine branch
 ALLOWED = {
+    ("orchestrator/commands/profiling.py", "sim"):
+        "the spec's `sim:` section (sim.model_profile set to the profile made first)",
     ("orchestrator/planning/model_profiling.py", "sim"):
         "the spec's `sim:` section (the profiling spec keeps its time scale), not the engine",
     ("orchestrator/spec/model_profiles.py", "sim"):
