@@ -56,7 +56,8 @@ def test_the_default_profile_predicts_real_h200_throughput_and_calibration_impro
         for name, pts in collect_points(list(ledger.results().values()), spec).items():
             groups.setdefault(name, []).extend(pts)
     shape = load_shape(path=str(ROOT / "deploy" / "h200" / "model-8b"))
-    fit = calibrate(groups["vllm"], spec, shape, "vllm", max_evals=25)
+    # 15 factors: a trust-region step's Jacobian alone takes 16 evaluations
+    fit = calibrate(groups["vllm"], spec, shape, "vllm", max_evals=40)
     assert len(groups["vllm"]) == 16
     assert fit.error_before < 0.12  # the uncalibrated model is already close to the GPU
     assert fit.error_after < fit.error_before
@@ -100,10 +101,11 @@ def test_every_real_level_reports_the_median_of_its_rounds_not_the_best(h200_hom
     # 1B-like and 3B-like shapes of 12-03 (h, i: 1024 + 512 tokens) and the 1B follow-up (j)
     # and the user's traffic of 12-03 (k, l: three Poisson rates each, one round a level),
     # and of 12-04 the quality sweep (4 configs x c=8, c=64) and the 1B cliff's capture-size
-    # A/B (m: 2 configs x c=128, c=256)
-    assert len(levels) == 24 + 15 + 15 + 10 + 10 + 10 + 15 + 15 + 8 + 6 + 6 + 8 + 4
+    # A/B (m: 2 configs x c=128, c=256), then m again with the stacks sampled and the short
+    # profiles (`profile-model`) of the 1B-like and 3B-like shapes (3 configs x c=1, c=32)
+    assert len(levels) == 24 + 15 + 15 + 10 + 10 + 10 + 15 + 15 + 8 + 6 + 6 + 8 + 4 + 4 + 6 + 6
     closed = [lv for lv in levels if lv.open_loop is None]
-    assert len(closed) == 134
+    assert len(closed) == 150
     for lv in closed:
         tputs = [rr.output_tok_s for rr in lv.rounds]
         assert len(tputs) == 2 and lv.metrics.output_tok_s == pytest.approx(median(tputs))
