@@ -39,7 +39,8 @@ from actors.sim.predict import build_engine, simulate_closed_loop  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "published"
 METRICS = ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms")
-NO_FRONT_END = {"frontend_us": 0.0, "admit_us_per_running": 0.0}
+NO_FRONT_END = {"frontend_us": 0.0, "admit_us_per_running": 0.0, "frontend_tok_us": 0.0,
+                "frontend_stream_us": 0.0}
 
 
 def load_rows(fixtures: Path = FIXTURES) -> list[dict]:

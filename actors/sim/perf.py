@@ -7,7 +7,8 @@ per-iteration launch cost, part of which hides behind the GPU's work (launches
 are asynchronous: ``launch_overlap``): full CUDA graphs for decode-only batches
 up to the graph max batch size (padded to a captured size), piecewise graphs
 for other steps where the engine captures them (vLLM), eager launches
-otherwise; plus CPU time per iteration and per sequence. Everything here is pure
+otherwise; plus CPU time per iteration and per sequence; and no shorter than the API
+server takes to stream the step's tokens (``frontend``). Everything here is pure
 arithmetic: no clocks, no I/O. The profiles, and which of their numbers are fitted
 and which are physical, are in ``actors.sim.profiles``.
 """
@@ -184,9 +185,14 @@ class StepModel:
         return 2 * self.shape.layers * (floor + wire)
 
     def step_time(self, b: BatchShape) -> float:
-        """Seconds for one iteration of ``b`` (0 for an empty batch)."""
+        """Seconds for one iteration of ``b`` (0 for an empty batch): the engine's time, or
+        the front end's to stream the step's tokens where that is longer."""
         if b.tokens == 0:
             return 0.0
+        return max(self.engine_time(b), self.frontend(b.seqs))
+
+    def engine_time(self, b: BatchShape) -> float:
+        """Seconds the engine itself takes for one iteration of a non-empty ``b``."""
         pad = self.padded(b.decode_seqs) if b.prefill_tokens == 0 else None
         tokens = pad if pad is not None else b.tokens
         moe = self.shape.experts
@@ -206,6 +212,12 @@ class StepModel:
         cpu = (b.seqs * self.profile.sched_us_per_seq + self.profile.step_us) * 1e-6
         return gpu + launch - hidden + cpu
 
+    def frontend(self, streams: int) -> float:
+        """Seconds the API server needs to stream one token to each of ``streams`` clients:
+        a step ends no sooner (the front end is a stage beside the engine, not after it)."""
+        p = self.profile
+        return streams * (p.frontend_tok_us + p.frontend_stream_us * streams) * 1e-6
+
     def decode_steps(self, batch: int, ctx: int, count: int) -> list[float]:
         """``step_time`` of ``count`` decode-only iterations of ``batch`` sequences whose
         context starts at ``ctx`` and grows by ``batch`` each (the constant terms once)."""
@@ -224,10 +236,11 @@ class StepModel:
         launch = self.shape.layers * self.launch_us_per_layer(first) * 1e-6
         overlap = self.profile.launch_overlap
         sched = (batch * self.profile.sched_us_per_seq + self.profile.step_us) * 1e-6
+        front = self.frontend(batch)
         out = []
         for i in range(count):
             c = ctx + i * batch
             gpu = max(gemm + attn_c * c, (base + c * kv) / bw) + ar
-            out.append(gpu + launch - overlap * min(gpu, launch) + sched)
+            out.append(max(gpu + launch - overlap * min(gpu, launch) + sched, front))
         return out
 

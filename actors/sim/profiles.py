@@ -93,6 +93,17 @@ class EngineProfile(BaseModel):
     # the engine core) plus the first output's way back. vLLM 0.26, H200, c = 1: TTFT
     # 16-21 ms for a 128-token prompt whose prefill computes in ~3 ms
     frontend_us: float = Field(default=0.0, ge=0)
+    # the API server's work per streamed token (detokenise, build and write one SSE chunk),
+    # microseconds, plus this much more per stream open: its one event loop serves every
+    # stream, and its cost per token grew with them (py-spy on an H200, 1B-like model, vLLM
+    # 0.26: at 96-224 running the engine core stepped 79-93% of the time and the API server
+    # idled 8-25%; at 256 running the API server's loop was busy 93-97% and the engine core
+    # waited for new requests 40-72% of the time: benchmarks/measured/h200-cliff-20261204).
+    # The front end runs beside the engine, so a step's tokens reach the clients no faster
+    # than it streams them: a step of n decoding sequences lasts at least
+    # n x (frontend_tok_us + frontend_stream_us x n). 0 and 0: the front end never binds
+    frontend_tok_us: float = Field(default=0.0, ge=0)
+    frontend_stream_us: float = Field(default=0.0, ge=0)
     # -- engine facts (ENGINE_FIXED): memory the engine keeps -----------------------------
     activation_reserve_gib: float = Field(ge=0)
     graph_pool_gib: float = Field(ge=0)  # memory CUDA graphs keep when on
@@ -100,7 +111,10 @@ class EngineProfile(BaseModel):
 
 # The vLLM profile's fitted factors are `servesweep calibrate`'s in-sample fit (trf, 2026-12-01)
 # on every real measurement the project holds (benchmarks/crossval.py: 58 levels of vLLM 0.26
-# on H200s, 8B shapes, prompts of 128-4096 tokens, c = 1-256; benchmarks/README.md). The
+# on H200s, 8B shapes, prompts of 128-4096 tokens, c = 1-256; benchmarks/README.md), but for
+# the front end's streaming costs (frontend_tok_us, frontend_stream_us), fitted on 2026-12-04
+# with every other factor held: 155 levels, 8B, 3B- and 1B-like shapes (c = 256: 46% -> 22%
+# mean error; benchmarks/measured/h200-cliff-20261204). The
 # TensorRT-LLM profile has no measurement to fit: its GEMM efficiency and overheads are
 # chosen so that it leads at low-to-mid concurrency (leaner launches, better bandwidth use)
 # and vLLM at high concurrency, the crossover the seed article measured on 4xH100; its newer
@@ -116,7 +130,8 @@ PROFILES: dict[str, EngineProfile] = {
         graph_us_per_layer=79, piecewise_us_per_layer=41, sched_us_per_seq=7.3, step_us=110,
         launch_overlap=0.69, fp8_weight_eff=0.75, fp8_gemm_eff=0.78, fp8_kv_eff=0.62,
         allreduce_us=0.8, eager_tp_us_per_layer=0.0, admit_us_per_running=270,
-        frontend_us=10800, activation_reserve_gib=0.8, graph_pool_gib=0.4),
+        frontend_us=10800, frontend_tok_us=7.6, frontend_stream_us=0.16,
+        activation_reserve_gib=0.8, graph_pool_gib=0.4),
     # TensorRT-LLM (PyTorch backend): GUARANTEED_NO_EVICT, 32-token blocks, no chunked
     # prefill by default, graphs up to batch 128 unless configured, leaner C++ runtime.
     "trtllm": EngineProfile(
@@ -135,7 +150,7 @@ FITTABLE = ("gemm_eff", "mem_eff", "eager_us_per_layer", "graph_us_per_layer",
             "piecewise_us_per_layer", "sched_us_per_seq", "step_us", "launch_overlap",
             "fp8_weight_eff",
             "fp8_gemm_eff", "fp8_kv_eff", "allreduce_us", "eager_tp_us_per_layer",
-            "admit_us_per_running", "frontend_us")
+            "admit_us_per_running", "frontend_us", "frontend_tok_us", "frontend_stream_us")
 #: The same, as a set: efficiencies and software costs, fitted to measurements.
 FITTED: frozenset[str] = frozenset(FITTABLE)
 #: Profile fields that are engine facts (design, documented defaults): never fitted.

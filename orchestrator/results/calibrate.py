@@ -29,7 +29,7 @@ from actors.contracts.shapes import ModelShape
 from actors.contracts.states import LevelFlag
 from actors.contracts.traffic import LevelKind
 from actors.engines.sim import sim_settings
-from actors.sim.perf import FITTABLE, get_profile
+from actors.sim.perf import FITTABLE, BatchShape, get_profile
 from actors.sim.predict import build_engine, simulate_closed_loop
 from orchestrator.planning.feasibility import family_of
 from orchestrator.spec import SweepSpec
@@ -42,7 +42,8 @@ BOUNDS = {"gemm_eff": (0.05, 1.0), "mem_eff": (0.05, 1.0), "eager_us_per_layer":
           "launch_overlap": (0.0, 1.0),
           "fp8_weight_eff": (0.2, 1.0), "fp8_gemm_eff": (0.2, 1.0), "fp8_kv_eff": (0.2, 1.0),
           "allreduce_us": (0.0, 500.0), "eager_tp_us_per_layer": (0.0, 5000.0),
-          "admit_us_per_running": (0.0, 5000.0), "frontend_us": (0.0, 50000.0)}
+          "admit_us_per_running": (0.0, 5000.0), "frontend_us": (0.0, 50000.0),
+          "frontend_tok_us": (0.0, 200.0), "frontend_stream_us": (0.0, 5.0)}
 # TTFT in a closed loop depends on queueing the model only roughly captures: it is shown and
 # weighs little, so it cannot drag the factors that set throughput and ITL; TTFT p99 is shown
 # only. TPOT p50 stands in for ITL where a measurement has no ITL (benchmark runs).
@@ -55,7 +56,8 @@ SCALES = {"gemm_eff": 0.05, "mem_eff": 0.05, "eager_us_per_layer": 20.0,
           "step_us": 50.0,
           "launch_overlap": 0.5, "fp8_weight_eff": 0.05, "fp8_gemm_eff": 0.05,
           "fp8_kv_eff": 0.05, "allreduce_us": 2.0, "eager_tp_us_per_layer": 20.0,
-          "admit_us_per_running": 20.0, "frontend_us": 500.0}
+          "admit_us_per_running": 20.0, "frontend_us": 500.0, "frontend_tok_us": 2.0,
+          "frontend_stream_us": 0.05}
 #: each factor's pull towards where the fit started, per unit of asinh(value / scale): a
 #: factor the points barely constrain stays near its value instead of drifting to a bound
 #: (an e-fold move costs about what a 15% error on one point does). At 0.05 a fit without
@@ -133,6 +135,23 @@ def predict_points(points: list[Point], spec: SweepSpec, shape: ModelShape, prof
                     "ttft_p50_ms": pred.ttft_p50_ms, "ttft_p99_ms": pred.ttft_p99_ms,
                     "tpot_p50_ms": pred.tpot_p50_ms})
     return out
+
+
+def _frontend_binds(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: str,
+                    start: dict[str, float]) -> bool:
+    """Whether the front end's streaming could set some point's decode step: at twice its
+    cost it would outlast the engine's step at the point's running count. Where it cannot,
+    its factors say nothing to the points and stay where they are."""
+    for p in points:
+        s = p.spec or spec
+        w, cfg = s.workload, sim_settings(p.trial.config)
+        engine, _ = build_engine(p.shape or shape, get_hardware(s.hardware), profile, cfg,
+                                 jitter=0.0, overrides=start)
+        n = min(p.concurrency, engine.max_num_seqs)
+        batch = BatchShape(decode_seqs=n, decode_ctx=n * (w.prompt_tokens + w.output_tokens // 2))
+        if 2 * engine.model.frontend(n) >= engine.model.engine_time(batch):
+            return True
+    return False
 
 
 def _residuals(points: list[Point], preds: list[dict[str, float]]) -> list[float]:
@@ -214,6 +233,8 @@ def calibrate(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: 
              "eager_us_per_layer": any(not c.cuda_graphs for c in cfgs),
              "graph_us_per_layer": graphs,
              "piecewise_us_per_layer": graphs and get_profile(profile).piecewise_graphs}
+    front = _frontend_binds(points, spec, shape, profile, start)
+    needs |= {"frontend_tok_us": front, "frontend_stream_us": front}
     keys = [k for k in FITTABLE if needs.get(k, True) and k not in freeze]
 
     def unpack(x: list[float]) -> dict[str, float]:

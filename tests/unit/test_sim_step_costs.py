@@ -79,3 +79,45 @@ def test_the_front_end_delays_every_request_even_on_an_idle_server():
     out = engine.step()  # idles until the hand-over, then prefills
     assert out is not None and seq.first_token_at is not None
     assert seq.first_token_at > 0.005
+
+
+def test_the_front_end_streams_each_steps_tokens_and_sets_the_step_only_when_it_is_slower():
+    """The API server streams every running sequence's token each step at a cost per token
+    that grows with the streams open; it runs beside the engine, so it sets a step only where
+    it outlasts the engine's own work (benchmarks/measured/h200-cliff-20261204)."""
+    slow = {"frontend_tok_us": 10.0, "frontend_stream_us": 0.5}
+    few = BatchShape(decode_seqs=8, decode_ctx=8 * 600)
+    many = BatchShape(decode_seqs=256, decode_ctx=256 * 600)
+    for b in (few, many):
+        assert model(overrides={"frontend_tok_us": 0.0, "frontend_stream_us": 0.0}) \
+            .step_time(b) == model().engine_time(b)
+    assert model(overrides=slow).step_time(few) == model().engine_time(few)  # the engine's
+    m = model(overrides=slow)
+    assert m.frontend(256) == pytest.approx(256 * (10 + 0.5 * 256) * 1e-6)
+    assert m.step_time(many) == m.frontend(256) > m.engine_time(many)  # the front end's
+    assert m.frontend(256) / 256 > 1.5 * m.frontend(128) / 128  # per token, dearer with more
+
+
+def test_the_shipped_front_end_gives_the_1b_its_fall_at_256_running_and_spares_the_8b():
+    """On an H200, vLLM 0.26 served the 1B-like shape (1024 + 512 tokens) at 24.3k tok/s with
+    128 running and 14.7k with 256 (sweep m, 2026-12-04), where the 8B at 2048-token prompts
+    kept rising: the shipped profile has the same fall, where the front end binds, and
+    leaves the 8B's levels as they were."""
+    from pathlib import Path
+
+    from actors.contracts.shapes import load_shape
+
+    shape = load_shape(path=str(Path(__file__).resolve().parents[1] / "fixtures" / "h200-sweeps"
+                                / "h200-vllm-h-20261203-075439-cfab" / "model-config"))
+    none = {"frontend_tok_us": 0.0, "frontend_stream_us": 0.0}
+
+    def tok_s(shape, c, prompt, out, overrides=None):
+        engine, _ = build_engine(shape, H200, "vllm", SimConfig(max_num_seqs=256), jitter=0.0,
+                                 overrides=overrides)
+        return simulate_closed_loop(engine, c, 2 * c, prompt, out).output_tok_s
+
+    one_b = {c: tok_s(shape, c, 1024, 512) for c in (128, 256)}
+    assert one_b[256] < 0.9 * one_b[128]  # the fall
+    assert tok_s(shape, 256, 1024, 512, none) > one_b[128]  # without the front end: none
+    for c in (128, 256):  # the 8B at 2048-token prompts: engine-bound, untouched
+        assert tok_s(LLAMA8, c, 2048, 256) == pytest.approx(tok_s(LLAMA8, c, 2048, 256, none))
