@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -92,7 +93,28 @@ def make_profile(spec_path: Path, spec: SweepSpec, quiet: bool, no_mlflow: bool,
                                            no_mlflow=no_mlflow, json=False))
     if ledger is None:
         return code, []
-    return code, _fit_and_store(ledger, derived, shape, root, max_evals, code)
+    written = _fit_and_store(ledger, derived, shape, root, max_evals, code)
+    if not no_mlflow:
+        _log_profiles(ledger)
+    return code, written
+
+
+def _log_profiles(ledger: Any) -> None:
+    """The fitted profiles onto the profile sweep's parent run in MLflow (an artifact beside
+    its report); a tracking server that fails is said, the files stay where they are."""
+    from orchestrator.commands.sync import mlflow_errors
+    from orchestrator.results.ledger import state_root
+    from orchestrator.results.tracking import Tracker, describe_error
+    from orchestrator.spec import load_spec
+
+    tracker = Tracker(state_root())
+    try:
+        tracker.log_report(load_spec(ledger.dir / "spec.yaml"), ledger,
+                           sorted(ledger.dir.glob("model-profile*.json")))
+    except mlflow_errors() as err:
+        print(f"servesweep: the profile was written, but MLflow at {tracker.uri} failed "
+              f"({describe_error(err)}); `servesweep sync {ledger.sweep_id}` logs it again",
+              file=sys.stderr, flush=True)
 
 
 def _fit_and_store(ledger: Any, derived: Path, shape: Any, root: Path, max_evals: int,

@@ -241,5 +241,8 @@ def sweep_summary(results: Iterable[TrialResult],
 
 
 def report_files(report_dir: Path) -> list[Path]:
-    """The parent run's artifacts: the report folder's files (plots, report, winners)."""
-    return sorted(p for p in report_dir.iterdir() if p.is_file()) if report_dir.is_dir() else []
+    """The parent run's artifacts: the report folder's files (plots, report, winners), and
+    the model profiles the sweep folder holds beside it (the one a sweep predicted with,
+    ``model-profile.json``; the one ``profile-model`` fitted, ``model-profile-<family>.json``)."""
+    files = sorted(p for p in report_dir.iterdir() if p.is_file()) if report_dir.is_dir() else []
+    return files + sorted(report_dir.parent.glob("model-profile*.json"))

@@ -39,7 +39,10 @@ class ReportFolder:
     text: str  # the terminal report
 
     def files(self) -> list[Path]:
-        return sorted(p for p in self.dir.iterdir() if p.is_file())
+        """What the sweep's parent run keeps: ``records.report_files``."""
+        from orchestrator.results.records import report_files
+
+        return report_files(self.dir)
 
 
 def unfinished_trials(spec: SweepSpec, ledger: Ledger,

@@ -60,6 +60,20 @@ def test_profile_model_measures_fits_stores_and_a_spec_plans_with_it(state_home,
     assert profile.error_after < profile.error_before  # it moved towards what it measured
     assert json.loads((sweep.dir / "model-profile-vllm.json").read_text()) == \
         json.loads(stored[0].read_text())
+    # in MLflow, the profile is an artifact of the profile sweep's parent run (run on a node
+    # with --no-mlflow, `sync` or `import` puts it there)
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.results.tracking import default_tracking_uri
+
+    assert main(["sync", sweep.sweep_id]) == 0
+    capsys.readouterr()
+    client = MlflowClient(default_tracking_uri(state_home))
+    parents = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                 filter_string="tags.`servesweep.kind` = 'sweep'")
+    assert len(parents) == 1
+    assert "model-profile-vllm.json" in {a.path for a in
+                                         client.list_artifacts(parents[0].info.run_id)}
 
     # a spec naming it: its factors in sim.profiles, its band in plan --predict
     data["sim"] = {"time_scale": 1.0, "model_profile": str(stored[0])}
