@@ -143,3 +143,63 @@ def test_example_spec_is_runnable_as_written():
 
     planned = plan_sweep(load_spec(SPEC))
     assert len(planned) == 2 and all(p.feasible for p in planned)
+
+
+def test_a_short_profile_of_real_vllm_predicts_a_level_it_did_not_measure(tmp_path):
+    """``profile-model`` on real vLLM (CPU), issue 30: the eager config measured at c=1 and
+    c=32, the fit stored, and the fitted profile predicts c=4, a level the profile never
+    measured (a sweep of its own), closer than the shipped profile does: the truth is the
+    engine, not the sim fitting itself. vLLM's compute is bound to core 0
+    (``VLLM_CPU_OMP_THREADS_BIND``) so the client keeps a core: on two cores, unbound, every
+    level is ``client_bound`` and the fit may use none. A level the client could not keep
+    up with is left out, as the product leaves it out; with none left there is no fit to
+    judge, and the command must say so."""
+    from actors.contracts.model_profile import read_model_profile
+    from actors.contracts.shapes import load_shape
+    from orchestrator.results.calibrate import NOT_THE_SERVER, collect_points, predict_points
+    from orchestrator.spec import load_spec
+
+    data = yaml.safe_load(SPEC.read_text())
+    data["name"] = "eager"
+    data["model"]["path"] = str(TINY_MODEL)
+    data["workload"]["concurrency"] = [4]
+    data["space"][0]["launch"] = {"python": str(VLLM_VENV / "bin" / "python"),
+                                  "env": {"VLLM_CPU_OMP_THREADS_BIND": "0"}}
+    data["space"][0]["extras"]["torch_compile"] = False
+    path = tmp_path / "eager.yaml"
+    path.write_text(yaml.safe_dump(data))
+    home = tmp_path / "state"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SERVESWEEP_HOME", str(home))
+    mp.setenv("RAY_ADDRESS", "local")
+    try:
+        code = main(["profile-model", str(path), "--no-mlflow", "--quiet", "--max-evals", "40"])
+        stored = list((home / "model-profiles").rglob("vllm-*-cpu.json"))
+        measured_levels = [lv for r in Ledger.open("eager-profile").results().values()
+                           for lv in r.levels if lv.status == "valid"]
+        if code == 0:
+            assert main(["run", str(path), "--no-mlflow", "--quiet"]) == 0
+            ledger = Ledger.open("eager-2")
+    finally:
+        mp.undo()
+    assert sorted(lv.concurrency for lv in measured_levels) == [1, 32]
+    clean = [lv for lv in measured_levels if not NOT_THE_SERVER & set(lv.flags)]
+    if not clean:  # a machine too busy for the client at every level: said, nothing stored
+        assert code == 2 and not stored
+        return
+    assert code == 0 and len(stored) == 1
+    profile = read_model_profile(stored[0])
+    assert profile.engine == "vllm" and profile.gpu == "cpu" and profile.points == len(clean)
+    assert profile.error_after < profile.error_before
+
+    spec = load_spec(ledger.dir / "spec.yaml")
+    held = collect_points(list(ledger.results().values()), spec).get("vllm", [])
+    if not held:  # c=4's client could not keep up: not the server's number, nothing to judge
+        lv = next(lv for r in ledger.results().values() for lv in r.levels)
+        assert NOT_THE_SERVER & set(lv.flags)
+        return
+    shape = load_shape(path=str(TINY_MODEL))
+    measured = held[0].measured["output_tok_s"]
+    shipped = predict_points(held, spec, shape, "vllm", {})[0]["output_tok_s"]
+    fitted = predict_points(held, spec, shape, "vllm", profile.factors)[0]["output_tok_s"]
+    assert abs(fitted / measured - 1) < abs(shipped / measured - 1)
