@@ -8,8 +8,13 @@ output tokens/s and TTFT p50. The three draw their Poisson schedules differently
 rescales its draws to the offered rate; guidellm and servesweep send their seeded draws
 as they are), and below capacity throughput follows the rate actually sent, so throughput
 is compared per request sent: output tok/s / achieved requests/s. servesweep's figures
-are its level's (the steady window); the peers' are theirs (all requests over their
-duration). Targets: within 3% of servesweep's on both (TTFT only where its p50 >= 50 ms).
+are its level's (the steady window; ``--steady-trim 0``: every request, as the peers count
+theirs); the peers' are theirs (all requests over their duration). Targets: within 3% of
+servesweep's on both (TTFT only where its p50 >= 50 ms). Each client's TTFT p50 is also set
+against the server's own for the same requests (the sim's ``--trace``: first token written
+minus arrival at the handler), so a client's own cost shows as client - server. A peer
+that did not hold the schedule (sent more than 1.5x or under 0.5x the offered rate) is
+void and not compared.
 
 Part 2, the open-loop client alone: rate levels of short requests at rising rates; per
 rate the schedule's own rate, the sends, the late sends and the client's CPU share. It
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -44,12 +50,14 @@ from actors.loadgen.actor import LoadGeneratorCore  # noqa: E402
 from orchestrator.spec.traffic_plan import build_plan  # noqa: E402
 
 
-def ours(url: str, path: Path, rate: float, n: int, seed: int, model: str = "m"
-         ) -> dict:
-    """servesweep's load generator: one rate level over the file, no warm-up."""
+def ours(url: str, path: Path, rate: float, n: int, seed: int, model: str = "m",
+         steady_trim: float = 0.05) -> dict:
+    """servesweep's load generator: one rate level over the file, no warm-up; its figures
+    from the level's steady window (``steady_trim`` of the span cut at each end; 0: every
+    request, as the peers count theirs)."""
     w = Workload(prompt_tokens=1, output_tokens=1, rates=[rate], rounds=1, warmup_requests=0,
                  open_loop_s=0, seed=seed, requests=FileSource(kind="file", path=str(path),
-                                                              limit=n), steady_trim=0.05,
+                                                              limit=n), steady_trim=steady_trim,
                  level_timeout_s=1800)
     plan = build_plan(w, None)
     assert plan is not None
@@ -80,10 +88,39 @@ def _prefix_hits(url: str) -> float | None:
     return sum(hits) if hits else None
 
 
+#: servesweep's measured requests carry ``X-Request-Id: <salt>-<round>-<index>`` (round >= 0);
+#: its connection-opening wave (one-token requests) carries none and is not the level's
+OURS_MEASURED = re.compile(r"^\d+-\d+-\d+$")
+
+
+def _server_ttft_p50_ms(url: str, ours_only: bool) -> tuple[float | None, int]:
+    """The server's own TTFT p50 (its first token's write minus the request's arrival at
+    the handler, ``/sim/trace`` and ``/sim/arrivals``) over the requests a client measured
+    (every one it streamed; for servesweep, its measured rounds' only), and how many: what
+    each client's TTFT is set against, so a difference between clients can be told from a
+    difference between client and server."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/sim/trace", timeout=30) as resp:
+            trace = json.loads(resp.read())
+        with urllib.request.urlopen(f"{url}/sim/arrivals", timeout=30) as resp:
+            arrivals = json.loads(resp.read())
+    except OSError:
+        return None, 0
+    ttfts = sorted(1000 * (t[0] - arrivals[rid]) for rid, t in trace.items()
+                   if t and rid in arrivals and (not ours_only or OURS_MEASURED.match(rid)))
+    if not ttfts:
+        return None, 0
+    mid = len(ttfts) // 2
+    p50 = ttfts[mid] if len(ttfts) % 2 else (ttfts[mid - 1] + ttfts[mid]) / 2
+    return p50, len(ttfts)
+
+
 def part_peers(args: argparse.Namespace) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="peers-traffic-"))
     src = peers.make_request_file(tmp / "source.jsonl", n=args.requests, seed=args.seed,
-                                  prompt_words=(1200, 3000), output_tokens=(32, 160))
+                                  prompt_words=args.prompt_words, output_tokens=(32, 160))
     spec = tmp / "spec.yaml"
     spec.write_text(json.dumps({
         "name": "peers", "model": {"preset": "llama-3.1-8b"}, "space": [{"engine": "sim"}],
@@ -94,7 +131,7 @@ def part_peers(args: argparse.Namespace) -> dict:
                    stdout=subprocess.DEVNULL)
     rows = []
     clients = [("servesweep", lambda url: ours(url, exported, args.rate, args.requests,
-                                               args.seed))]
+                                               args.seed, steady_trim=args.steady_trim))]
     for run in (peers.run_vllm_bench, peers.run_guidellm):
         clients.append((run.__name__, lambda url, run=run: run(
             url, "m", exported, args.rate, args.requests, args.seed, cpus="1")))
@@ -102,16 +139,25 @@ def part_peers(args: argparse.Namespace) -> dict:
         # a fresh server per client: the sim caches prefixes as vLLM does, so a client sent
         # after another meets the same prompts' blocks still cached (guidellm, third, read
         # 20 ms TTFTs at 2/s and 0.5/s, where 120 and 40 prompts fit in the KV pool)
-        with sim_server(tmp, time_scale=1.0, cpus="0") as srv:
+        with sim_server(tmp, time_scale=1.0, cpus="0", trace=True) as srv:
             try:
                 row = client(srv["url"])
             except (FileNotFoundError, RuntimeError, subprocess.SubprocessError) as err:
                 row = {"tool": name, "error": str(err)[:300]}
             row["prefix_cache_hits"] = _prefix_hits(srv["url"])
+            row["server_ttft_p50_ms"], row["server_requests"] = _server_ttft_p50_ms(
+                srv["url"], ours_only=name == "servesweep")
+            if row.get("ttft_p50_ms") and row["server_ttft_p50_ms"]:
+                row["client_minus_server_ms"] = row["ttft_p50_ms"] - row["server_ttft_p50_ms"]
             rows.append(row)
     base = rows[0]
+    for r in rows[1:]:  # a peer that did not hold the schedule measured another workload
+        sent = r.get("achieved_rps")
+        if sent and not 0.5 * args.rate <= sent <= 1.5 * args.rate:
+            r["void"] = f"sent {sent:.3g} req/s against {args.rate:g} offered"
+            print(f"{r['tool']}: void, {r['void']}: not compared", file=sys.stderr)
     for r in rows:
-        if r.get("output_tok_s") and r.get("achieved_rps"):
+        if r.get("output_tok_s") and r.get("achieved_rps") and "void" not in r:
             r["tok_per_req_sent"] = r["output_tok_s"] / r["achieved_rps"]
     for r in rows[1:]:
         if "tok_per_req_sent" in r:
@@ -122,8 +168,12 @@ def part_peers(args: argparse.Namespace) -> dict:
                        ("tok_per_req_sent", "tok/s per req/s", ".2f"),
                        ("tok_per_req_vs_ours", "vs ours", "+.2%"),
                        ("ttft_p50_ms", "TTFT p50 ms", ".1f"), ("ttft_vs_ours", "vs ours", "+.2%"),
-                       ("prefix_cache_hits", "cached tokens", ".0f")]))
-    return {"rate": args.rate, "requests": args.requests, "seed": args.seed, "rows": rows}
+                       ("prefix_cache_hits", "cached tokens", ".0f"),
+                       ("server_ttft_p50_ms", "server's TTFT p50 ms", ".1f"),
+                       ("client_minus_server_ms", "client - server ms", "+.2f")]))
+    return {"rate": args.rate, "requests": args.requests, "seed": args.seed,
+            "prompt_words": list(args.prompt_words), "steady_trim": args.steady_trim,
+            "rows": rows}
 
 
 def part_client(args: argparse.Namespace) -> dict:
@@ -163,6 +213,10 @@ def main() -> None:
     ap.add_argument("--part", choices=("peers", "client", "both"), default="both")
     ap.add_argument("--rate", type=float, default=6.0)
     ap.add_argument("--requests", type=int, default=240)
+    ap.add_argument("--steady-trim", type=float, default=0.05,
+                    help="peers part: servesweep's steady window trim (0: every request)")
+    ap.add_argument("--prompt-words", type=lambda v: tuple(int(x) for x in v.split(",")),
+                    default=(1200, 3000), metavar="LO,HI", help="peers part: prompt words")
     ap.add_argument("--rates", default="50,100,200,400")
     ap.add_argument("--seconds", type=float, default=20.0, help="client part: per rate")
     ap.add_argument("--seed", type=int, default=1)
