@@ -1,11 +1,12 @@
 """How the short profiles made on the H200 (2026-12-04) predict the levels they did not measure.
 
-    .venv/bin/python benchmarks/measured/h200-cliff-20261204/eval_profile.py
+    .venv/bin/python benchmarks/profile_predictions.py
 
 For each sweep of the 1B-like and 3B-like shapes, every level the profile did not measure
 (c=1 and c=32 are the profile's own) predicted by the shipped profile and by the profile
 ``servesweep profile-model`` fitted on the node (its ``model-profile-vllm.json``): output
-tok/s and TTFT p50 against the measurement. ``profile-predictions.txt`` is its output.
+tok/s and TTFT p50 against the measurement. Its output of 2026-12-04:
+``benchmarks/measured/h200-cliff-20261204/profile-predictions.txt``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from crossval_data import discover, point_label  # noqa: E402
