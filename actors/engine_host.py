@@ -124,7 +124,8 @@ class EngineHostCore:
         argv_safe, env_safe = redact(plan.argv, plan.env)
         gpu_ids = [str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else []
         info = LaunchInfo(
-            host=socket.gethostname(), node_ip=_node_ip(), node_id=_node_id(), argv=argv_safe,
+            host=socket.gethostname(), node_ip=_node_ip(), node_id=_node_id(),
+            boot_id=boot_id(), argv=argv_safe,
             env=env_safe, marker=self.marker, gpu_ids=gpu_ids, gpu_model=gpu_model(gpu_ids))
         for name, content in plan.files.items():
             (self.dir / name).write_text(content)
@@ -456,6 +457,14 @@ def _node_ip() -> str:
         return ray.util.get_node_ip_address()
     except Exception:  # noqa: BLE001  - outside Ray (unit tests)
         return "127.0.0.1"
+
+
+def boot_id() -> str | None:
+    """This machine's boot id, or None where the kernel does not say (not Linux)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _node_id() -> str | None:

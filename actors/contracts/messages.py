@@ -28,6 +28,10 @@ class LaunchInfo(_Message):
     host: str
     node_ip: str | None = None
     node_id: str | None = None
+    #: the kernel's boot id (/proc/sys/kernel/random/boot_id): one machine between two boots.
+    #: Ray's node id is new with every cluster; this tells levels measured on the same machine
+    #: (a host-bound model runs 1.3-2.2x apart across H200 nodes) from levels of another
+    boot_id: str | None = None
     argv: list[str] = Field(default_factory=list)  # secrets redacted
     env: dict[str, str] = Field(default_factory=dict)  # secrets redacted
     marker: str = ""  # in the server's environment: finds its processes later

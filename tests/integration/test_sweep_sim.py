@@ -56,6 +56,8 @@ def test_sweep_completes_with_results_in_the_ledger(sweep):
         # both profiles' logs state the max model length: 64 + 16 tokens, which fits
         assert (r.capacity.max_model_len, r.capacity.rejects_requests) == (80, False)
         assert r.host["argv"][1:3] == ["-m", "actors.sim.server"]
+        # the machine it ran on, read from the kernel: tells same-node levels apart
+        assert r.host["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
 def test_mlflow_has_parent_and_nested_runs_with_params_and_metrics(sweep):
