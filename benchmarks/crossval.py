@@ -59,6 +59,7 @@ PROFILE = "vllm"
 PROFILE_LEVELS = (1, 32)
 
 _POINTS: list[Point] = []  # set before the workers fork
+_HOST = False  # the profiled folds' second stage fits host_scale alone of the host costs
 
 
 #: (kind, name, train, held, max_evals, method, freeze, base, then-train): a fold fits on
@@ -76,7 +77,8 @@ def _fit_and_predict(job: Job) -> dict:
             continue
         pts = [_POINTS[i] for i in stage]
         fit = calibrate(pts, pts[0].spec, pts[0].shape, PROFILE,  # type: ignore[arg-type]
-                        max_evals=max_evals, method=method, freeze=freeze, base=base)
+                        max_evals=max_evals, method=method, freeze=freeze, base=base,
+                        host=_HOST and stage is then)
         base, evaluations = dict(fit.fitted), evaluations + fit.evaluations
     held_pts = [_POINTS[i] for i in held]
     preds = predict_points(held_pts, held_pts[0].spec, held_pts[0].shape, PROFILE,  # type: ignore
@@ -119,9 +121,12 @@ def _err(pred: float | None, meas: float) -> float | None:
 
 
 def run(points: list[Point], max_evals: int, jobs: int, method: str = "trf",
-        freeze: frozenset[str] = frozenset(), base: dict[str, float] | None = None) -> dict:
-    global _POINTS
-    _POINTS = points
+        freeze: frozenset[str] = frozenset(), base: dict[str, float] | None = None,
+        host: bool = False, kinds: frozenset[str] = frozenset()) -> dict:
+    """Every fold's fit and predictions (``kinds``: only those folds; ``host``: the profiled
+    folds fit ``host_scale`` in their second stage, the individual host costs held)."""
+    global _POINTS, _HOST
+    _POINTS, _HOST = points, host
     default = predict_points(points, points[0].spec, points[0].shape, PROFILE,  # type: ignore
                              dict(base or {}))
     rows = [{"point": point_label(p), "config": config_group(p), "shape": shape_key(p.shape),
@@ -129,7 +134,8 @@ def run(points: list[Point], max_evals: int, jobs: int, method: str = "trf",
              "concurrency": p.concurrency, "measured": dict(p.measured),
              "default": {k: default[i][k] for k in p.measured}} for i, p in enumerate(points)]
     folds = []
-    work = _folds(points, max_evals, method, freeze, base)
+    work = [j for j in _folds(points, max_evals, method, freeze, base)
+            if not kinds or j[0] in kinds]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         for res in pool.map(_fit_and_predict, work):
             for i, pred in zip(res["held"], res.pop("preds")):
@@ -285,6 +291,11 @@ def main() -> None:
     ap.add_argument("--set", default="", metavar="K=V,...",
                     help="fitted factors' starting values instead of the profile's (e.g. to "
                          "score the model as it was before a change: the new factor neutral)")
+    ap.add_argument("--profile-host", action="store_true",
+                    help="profiled folds: fit host_scale, not each host cost, to the profile")
+    ap.add_argument("--folds", default="",
+                    help="comma-separated fold kinds to run (loco, lopo, lomo, profiled, "
+                         "insample); default all")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "crossval.json")
     ap.add_argument("--label", default="", help="a note stored in the JSON (e.g. the change)")
@@ -295,11 +306,14 @@ def main() -> None:
     t0 = time.monotonic()
     freeze = frozenset(k for k in a.freeze.split(",") if k)
     base = {k: float(v) for k, v in (kv.split("=") for kv in a.set.split(",") if kv)}
-    result = run(data.points, a.max_evals, a.jobs, a.method, freeze, base)
+    kinds = frozenset(k for k in a.folds.split(",") if k)
+    result = run(data.points, a.max_evals, a.jobs, a.method, freeze, base, a.profile_host,
+                 kinds)
     for row, p in zip(result["rows"], data.points):
         row["source"] = data.sources.get(id(p), "")
     result["precision_signs"] = precision_signs(result["rows"])
     result.update(label=a.label, max_evals=a.max_evals, method=a.method, freeze=sorted(freeze),
+                  profile_host=a.profile_host, folds=sorted(kinds),
                   base=base,
                   skipped=data.skipped,
                   wall_s=round(time.monotonic() - t0, 1),

@@ -27,6 +27,7 @@ from actors.sim.profiles import (
     ENGINE_FIXED,
     FITTABLE,
     FITTED,
+    HOST_TERMS,
     PHYSICAL,
     PROFILES,
     EngineProfile,
@@ -34,6 +35,7 @@ from actors.sim.profiles import (
 )
 
 __all__ = ["EngineProfile", "PROFILES", "DEFAULT_PROFILE", "get_profile", "FITTABLE", "FITTED",
+           "HOST_TERMS",
            "ENGINE_FIXED", "PHYSICAL", "SimConfig", "MemoryPlan", "plan_memory", "StepModel",
            "BatchShape", "graph_sizes"]
 
@@ -169,10 +171,11 @@ class StepModel:
         (graphs on), else eager launches."""
         p = self.profile
         if b.prefill_tokens == 0 and self.padded(b.decode_seqs) is not None:
-            return p.graph_us_per_layer
+            return p.graph_us_per_layer * p.host_scale
         if self.cfg.cuda_graphs and p.piecewise_graphs:
-            return p.piecewise_us_per_layer
-        return p.eager_us_per_layer + (self.cfg.tp - 1) * p.eager_tp_us_per_layer
+            return p.piecewise_us_per_layer * p.host_scale
+        return (p.eager_us_per_layer + (self.cfg.tp - 1) * p.eager_tp_us_per_layer) \
+            * p.host_scale
 
     def allreduce(self, tokens: int) -> float:
         tp = self.cfg.tp
@@ -209,14 +212,20 @@ class StepModel:
         # kernels launch asynchronously: the CPU issues the next while the GPU runs this one,
         # so the shorter of (GPU time, launch time) hides behind the longer, in part
         hidden = self.profile.launch_overlap * min(gpu, launch)
-        cpu = (b.seqs * self.profile.sched_us_per_seq + self.profile.step_us) * 1e-6
+        cpu = self.sched(b.seqs)
         return gpu + launch - hidden + cpu
 
     def frontend(self, streams: int) -> float:
         """Seconds the API server needs to stream one token to each of ``streams`` clients:
         a step ends no sooner (the front end is a stage beside the engine, not after it)."""
         p = self.profile
-        return streams * (p.frontend_tok_us + p.frontend_stream_us * streams) * 1e-6
+        return streams * (p.frontend_tok_us + p.frontend_stream_us * streams) * p.host_scale \
+            * 1e-6
+
+    def sched(self, seqs: int) -> float:
+        """Seconds of CPU work in one iteration of ``seqs`` sequences besides launches."""
+        p = self.profile
+        return (seqs * p.sched_us_per_seq + p.step_us) * p.host_scale * 1e-6
 
     def decode_steps(self, batch: int, ctx: int, count: int) -> list[float]:
         """``step_time`` of ``count`` decode-only iterations of ``batch`` sequences whose
@@ -235,7 +244,7 @@ class StepModel:
         ar = self.allreduce(tokens)
         launch = self.shape.layers * self.launch_us_per_layer(first) * 1e-6
         overlap = self.profile.launch_overlap
-        sched = (batch * self.profile.sched_us_per_seq + self.profile.step_us) * 1e-6
+        sched = self.sched(batch)
         front = self.frontend(batch)
         out = []
         for i in range(count):

@@ -23,6 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["EngineProfile", "PROFILES", "DEFAULT_PROFILE", "get_profile", "FITTABLE", "FITTED",
+           "HOST_TERMS",
            "ENGINE_FIXED", "PHYSICAL"]
 
 
@@ -104,6 +105,12 @@ class EngineProfile(BaseModel):
     # n x (frontend_tok_us + frontend_stream_us x n). 0 and 0: the front end never binds
     frontend_tok_us: float = Field(default=0.0, ge=0)
     frontend_stream_us: float = Field(default=0.0, ge=0)
+    # one machine's host speed relative to the one the CPU-side costs above were fitted on:
+    # every HOST_TERMS cost is read times this. A 1B-like model on H200 nodes ran 1.3-2.2x
+    # apart at c=1 and by the same factor at c=256 (benchmarks/measured/
+    # h200-1b-same-node-20261204), so a profile fits this one factor with the individual
+    # host costs held, and its c=1 point carries over to the node's high concurrencies
+    host_scale: float = Field(default=1.0, gt=0)
     # -- engine facts (ENGINE_FIXED): memory the engine keeps -----------------------------
     activation_reserve_gib: float = Field(ge=0)
     graph_pool_gib: float = Field(ge=0)  # memory CUDA graphs keep when on
@@ -150,7 +157,12 @@ FITTABLE = ("gemm_eff", "mem_eff", "eager_us_per_layer", "graph_us_per_layer",
             "piecewise_us_per_layer", "sched_us_per_seq", "step_us", "launch_overlap",
             "fp8_weight_eff",
             "fp8_gemm_eff", "fp8_kv_eff", "allreduce_us", "eager_tp_us_per_layer",
-            "admit_us_per_running", "frontend_us", "frontend_tok_us", "frontend_stream_us")
+            "admit_us_per_running", "frontend_us", "frontend_tok_us", "frontend_stream_us",
+            "host_scale")
+#: The CPU-side costs, each read times ``host_scale``: what a faster or slower host changes.
+HOST_TERMS = ("eager_us_per_layer", "graph_us_per_layer", "piecewise_us_per_layer",
+              "sched_us_per_seq", "step_us", "eager_tp_us_per_layer", "admit_us_per_running",
+              "frontend_us", "frontend_tok_us", "frontend_stream_us")
 #: The same, as a set: efficiencies and software costs, fitted to measurements.
 FITTED: frozenset[str] = frozenset(FITTABLE)
 #: Profile fields that are engine facts (design, documented defaults): never fitted.

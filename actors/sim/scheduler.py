@@ -104,7 +104,8 @@ class SimEngine:
         order. ``prompt_ids`` (the prompt's tokens) let the prefix cache find it."""
         at = self.now if arrival is None else min(max(arrival, self.step_started), self.now)
         prof = self.profile
-        delay = (prof.frontend_us + prof.admit_us_per_running * len(self.running)) * 1e-6
+        delay = (prof.frontend_us + prof.admit_us_per_running * len(self.running)) \
+            * prof.host_scale * 1e-6
         visible = max(at + delay, self._last_visible)
         self._last_visible = visible
         seq = Seq(rid, prompt_len, max_tokens, arrival=at, visible_at=visible, user=user)

@@ -29,7 +29,7 @@ from actors.contracts.shapes import ModelShape
 from actors.contracts.states import LevelFlag
 from actors.contracts.traffic import LevelKind
 from actors.engines.sim import sim_settings
-from actors.sim.perf import FITTABLE, BatchShape, get_profile
+from actors.sim.perf import FITTABLE, HOST_TERMS, BatchShape, get_profile
 from actors.sim.predict import build_engine, simulate_closed_loop
 from orchestrator.planning.feasibility import family_of
 from orchestrator.spec import SweepSpec
@@ -43,7 +43,8 @@ BOUNDS = {"gemm_eff": (0.05, 1.0), "mem_eff": (0.05, 1.0), "eager_us_per_layer":
           "fp8_weight_eff": (0.2, 1.0), "fp8_gemm_eff": (0.2, 1.0), "fp8_kv_eff": (0.2, 1.0),
           "allreduce_us": (0.0, 500.0), "eager_tp_us_per_layer": (0.0, 5000.0),
           "admit_us_per_running": (0.0, 5000.0), "frontend_us": (0.0, 50000.0),
-          "frontend_tok_us": (0.0, 200.0), "frontend_stream_us": (0.0, 5.0)}
+          "frontend_tok_us": (0.0, 200.0), "frontend_stream_us": (0.0, 5.0),
+          "host_scale": (0.25, 4.0)}
 # TTFT in a closed loop depends on queueing the model only roughly captures: it is shown and
 # weighs little, so it cannot drag the factors that set throughput and ITL; TTFT p99 is shown
 # only. TPOT p50 stands in for ITL where a measurement has no ITL (benchmark runs).
@@ -57,7 +58,7 @@ SCALES = {"gemm_eff": 0.05, "mem_eff": 0.05, "eager_us_per_layer": 20.0,
           "launch_overlap": 0.5, "fp8_weight_eff": 0.05, "fp8_gemm_eff": 0.05,
           "fp8_kv_eff": 0.05, "allreduce_us": 2.0, "eager_tp_us_per_layer": 20.0,
           "admit_us_per_running": 20.0, "frontend_us": 500.0, "frontend_tok_us": 2.0,
-          "frontend_stream_us": 0.05}
+          "frontend_stream_us": 0.05, "host_scale": 0.2}
 #: each factor's pull towards where the fit started, per unit of asinh(value / scale): a
 #: factor the points barely constrain stays near its value instead of drifting to a bound
 #: (an e-fold move costs about what a 15% error on one point does). At 0.05 a fit without
@@ -215,10 +216,15 @@ def _minimise(f: Callable[[list[float]], list[float]], x0: list[float],
 def calibrate(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: str,
               max_evals: int = 80, method: str = "trf",
               freeze: frozenset[str] = frozenset(),
-              base: dict[str, float] | None = None) -> CalibrationResult:
+              base: dict[str, float] | None = None,
+              host: bool = False) -> CalibrationResult:
     """Fit the profile's fitted factors (``FITTED``) in log space from their current values
     (the profile's, the spec's ``sim.profiles``, then ``base``) with scipy's bounded Powell
-    (or ``method``), leaving ``freeze`` where it is; before/after errors."""
+    (or ``method``), leaving ``freeze`` where it is; before/after errors.
+
+    ``host_scale`` stays where it is unless ``host``: then it is fitted and every one of
+    ``HOST_TERMS`` held instead (a short profile of one machine: its host speed is one factor
+    over costs fitted on many points, which two levels cannot pull apart one by one)."""
     current_values = {**spec.sim.profiles.get(profile, {}), **(base or {})}
     start = {k: float(getattr(get_profile(profile, current_values or None), k))
              for k in FITTABLE}
@@ -235,6 +241,9 @@ def calibrate(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: 
              "piecewise_us_per_layer": graphs and get_profile(profile).piecewise_graphs}
     front = _frontend_binds(points, spec, shape, profile, start)
     needs |= {"frontend_tok_us": front, "frontend_stream_us": front}
+    needs["host_scale"] = host
+    if host:
+        freeze = freeze | frozenset(HOST_TERMS)
     keys = [k for k in FITTABLE if needs.get(k, True) and k not in freeze]
 
     def unpack(x: list[float]) -> dict[str, float]:

@@ -44,3 +44,17 @@ def test_calibrate_moves_fitted_factors_only():
     assert get_hardware(spec.hardware).model_dump() == hw_before
     assert shape.model_dump() == shape_before and dict(BYTES) == bytes_before
     assert {n: p.model_dump() for n, p in PROFILES.items()} == profiles_before
+
+
+def test_a_host_fit_moves_host_scale_and_none_of_the_host_costs():
+    from actors.sim.profiles import HOST_TERMS
+    data = minimal_spec()
+    data["workload"] = {"prompt_tokens": 256, "output_tokens": 64, "concurrency": [1, 8]}
+    spec = parse_spec(data)
+    points = collect_points([_measured(True, spec), _measured(False, spec)])["vllm"]
+    shape = get_preset("llama-3.1-8b")
+    plain = calibrate(points, spec, shape, "vllm", max_evals=12)
+    assert "host_scale" not in plain.varied  # a general fit keeps the host where it is
+    host = calibrate(points, spec, shape, "vllm", max_evals=12, host=True)
+    assert "host_scale" in host.varied and not set(HOST_TERMS) & set(host.varied)
+    assert all(host.fitted[k] == host.start[k] for k in HOST_TERMS)

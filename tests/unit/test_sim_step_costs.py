@@ -121,3 +121,18 @@ def test_the_shipped_front_end_gives_the_1b_its_fall_at_256_running_and_spares_t
     assert tok_s(shape, 256, 1024, 512, none) > one_b[128]  # without the front end: none
     for c in (128, 256):  # the 8B at 2048-token prompts: engine-bound, untouched
         assert tok_s(LLAMA8, c, 2048, 256) == pytest.approx(tok_s(LLAMA8, c, 2048, 256, none))
+
+
+def test_host_scale_multiplies_every_host_cost_and_leaves_the_gpu_alone():
+    """A host twice as slow doubles launches, scheduling and the front end's streaming; a
+    step the GPU bounds with no host cost at all takes as long on either host."""
+    slow = model(overrides={"host_scale": 2.0})
+    for b in (DECODE, MIXED):
+        assert slow.launch_us_per_layer(b) == 2 * model().launch_us_per_layer(b)
+    assert slow.sched(8) == pytest.approx(2 * model().sched(8))
+    assert slow.frontend(200) == pytest.approx(2 * model().frontend(200))
+    no_host = {"graph_us_per_layer": 0.0, "piecewise_us_per_layer": 0.0,
+               "sched_us_per_seq": 0.0, "step_us": 0.0, "frontend_tok_us": 0.0,
+               "frontend_stream_us": 0.0}
+    assert model(overrides={**no_host, "host_scale": 3.0}).step_time(MIXED) == \
+        model(overrides=no_host).step_time(MIXED)
