@@ -16,6 +16,10 @@ copied under benchmarks/results/ joins the next run. Folds:
 - **profiled** (LOMO, then a profile): the LOMO fit, fitted again on this shape's
   ``PROFILE_LEVELS`` points of each configuration alone (what a short profile of the user's
   model measures), predicting this shape's other points (the profiled ones are not scored);
+- **profiled on its node**: the same, with the profile and the points it predicts taken from
+  one machine (``crossval_data.node_of``: the boot id, else a documented map of node
+  sessions); ``--profile-host`` makes both profiled folds fit ``host_scale`` alone of the host
+  costs (``calibrate(host=True)``, what ``profile-model`` does);
 - beside them the **default** profile (unfitted) and the **in-sample** fit on everything (how
   far the out-of-sample error is from the best the model can do).
 
@@ -43,6 +47,7 @@ from crossval_data import (  # noqa: E402
     ROOT,
     config_group,
     discover,
+    node_of,
     point_label,
 )
 
@@ -90,7 +95,7 @@ def _fit_and_predict(job: Job) -> dict:
 
 
 def _folds(points: list[Point], max_evals: int, method: str, freeze: frozenset[str],
-           base: dict[str, float] | None = None) -> list[Job]:
+           base: dict[str, float] | None = None, nodes: list[str] | None = None) -> list[Job]:
     base = dict(base or {})
     jobs: list[Job] = []
     everyone = list(range(len(points)))
@@ -112,6 +117,20 @@ def _folds(points: list[Point], max_evals: int, method: str, freeze: frozenset[s
             if profile and rest:
                 jobs.append(("profiled", name, others, rest, max_evals, method, freeze, base,
                              profile))
+    # profiled on its node: the model left out, then profiled at c=1, 32 on one machine and
+    # scored on that machine's other points (what a user who profiles where they serve gets)
+    by_node: dict[str, list[int]] = {}
+    for i, p in enumerate(points):
+        if nodes:
+            by_node.setdefault(f"{shape_key(p.shape)} on {nodes[i]}", []).append(i)
+    for name, held in by_node.items():
+        shape = shape_key(points[held[0]].shape)
+        others = [i for i in everyone if shape_key(points[i].shape) != shape]
+        profile = [i for i in held if points[i].concurrency in PROFILE_LEVELS]
+        rest = [i for i in held if i not in profile]
+        if others and profile and rest:
+            jobs.append(("onnode", name, others, rest, max_evals, method, freeze, base,
+                         profile))
     jobs.append(("insample", "all", everyone, everyone, max_evals, method, freeze, base, []))
     return jobs
 
@@ -122,9 +141,11 @@ def _err(pred: float | None, meas: float) -> float | None:
 
 def run(points: list[Point], max_evals: int, jobs: int, method: str = "trf",
         freeze: frozenset[str] = frozenset(), base: dict[str, float] | None = None,
-        host: bool = False, kinds: frozenset[str] = frozenset()) -> dict:
+        host: bool = False, kinds: frozenset[str] = frozenset(),
+        nodes: list[str] | None = None) -> dict:
     """Every fold's fit and predictions (``kinds``: only those folds; ``host``: the profiled
-    folds fit ``host_scale`` in their second stage, the individual host costs held)."""
+    folds fit ``host_scale`` in their second stage, the individual host costs held; ``nodes``:
+    each point's machine, for the folds profiled on the point's node)."""
     global _POINTS, _HOST
     _POINTS, _HOST = points, host
     default = predict_points(points, points[0].spec, points[0].shape, PROFILE,  # type: ignore
@@ -134,7 +155,7 @@ def run(points: list[Point], max_evals: int, jobs: int, method: str = "trf",
              "concurrency": p.concurrency, "measured": dict(p.measured),
              "default": {k: default[i][k] for k in p.measured}} for i, p in enumerate(points)]
     folds = []
-    work = [j for j in _folds(points, max_evals, method, freeze, base)
+    work = [j for j in _folds(points, max_evals, method, freeze, base, nodes)
             if not kinds or j[0] in kinds]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         for res in pool.map(_fit_and_predict, work):
@@ -153,7 +174,7 @@ def run(points: list[Point], max_evals: int, jobs: int, method: str = "trf",
             "repeat_spread": repeat_spread(points)}
 
 
-FOLD_COLUMNS = ("default", "loco", "lopo", "lomo", "profiled", "insample")
+FOLD_COLUMNS = ("default", "loco", "lopo", "lomo", "profiled", "onnode", "insample")
 
 
 def precision_signs(rows: list[dict], beyond: float = 0.05) -> dict:
@@ -238,7 +259,8 @@ NAMES = {"output_tok_s": "throughput", "itl_p50_ms": "ITL p50", "tpot_p50_ms": "
          "ttft_p50_ms": "TTFT p50", "ttft_p99_ms": "TTFT p99"}
 COLS = (("default", "default profile"), ("loco", "leave one config out"),
         ("lopo", "leave one prompt length out"), ("lomo", "leave one model out"),
-        ("profiled", "model out, then profiled at c=1, 32"), ("insample", "in-sample fit"))
+        ("profiled", "model out, then profiled at c=1, 32"),
+        ("onnode", "the same, profiled on the point's node"), ("insample", "in-sample fit"))
 
 
 def summary_table(summary: dict) -> str:
@@ -270,7 +292,8 @@ def point_table(rows: list[dict]) -> str:
             if mm not in r["measured"]:
                 cells.append("-")
                 continue
-            errs = [r[f"err_{c}"][mm] for c in ("default", "loco", "lopo", "lomo", "profiled")
+            errs = [r[f"err_{c}"][mm] for c in ("default", "loco", "lopo", "lomo", "profiled",
+                                                "onnode")
                     if f"err_{c}" in r]
             cells.append(" / ".join(f"{e:+.0%}" for e in errs) + ("*" if mm != m else ""))
         lines.append(f"| {r['point']} | " + " | ".join(cells) + " |")
@@ -307,8 +330,9 @@ def main() -> None:
     freeze = frozenset(k for k in a.freeze.split(",") if k)
     base = {k: float(v) for k, v in (kv.split("=") for kv in a.set.split(",") if kv)}
     kinds = frozenset(k for k in a.folds.split(",") if k)
+    nodes = [node_of(p, data.sources.get(id(p), "")) for p in data.points]
     result = run(data.points, a.max_evals, a.jobs, a.method, freeze, base, a.profile_host,
-                 kinds)
+                 kinds, nodes)
     for row, p in zip(result["rows"], data.points):
         row["source"] = data.sources.get(id(p), "")
     result["precision_signs"] = precision_signs(result["rows"])
@@ -334,8 +358,8 @@ def main() -> None:
               f"{tally['right'] + len(tally['wrong'])} with the right sign"
               + "".join(f"\n  wrong: {w}" for w in tally["wrong"]))
     print("\nPer point, relative error: default / leave-one-config-out / leave-one-prompt-length-"
-          "out / leave-one-model-out / profiled, each where the point was held out (* TPOT p50 "
-          "where the run has no ITL)\n")
+          "out / leave-one-model-out / profiled / profiled on its node, each where the point "
+          "was held out (* TPOT p50 where the run has no ITL)\n")
     print(point_table(result["rows"]))
     for f in result["folds"]:
         print(f"\nfold {f['kind']} {f['name']}: {f['train']} points fitted, {f['evaluations']} "

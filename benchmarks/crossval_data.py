@@ -162,6 +162,29 @@ def discover(roots: tuple[Path, ...] | list[Path] = DEFAULT_ROOTS) -> Dataset:
     return data
 
 
+#: Sweeps measured on one machine before the boot id was recorded (`host.boot_id`): a
+#: deploy/h200 session holds one node (at most 30 minutes) and these ran back to back in one.
+#: A host-bound model's speed is the node's (benchmarks/measured/h200-1b-same-node-20261204)
+SAME_NODE = {
+    "h200-vllm-h-20261203-075439-cfab": "node of 2026-12-03 07:54",
+    "h200-vllm-i-20261203-080025-706d": "node of 2026-12-03 07:54",
+    "h200-vllm-j-20261203-080832-9b6f": "node of 2026-12-03 07:54",
+    "h200-vllm-m-20261204-050524-805e": "node of 2026-12-04 05:05",
+    "h200-vllm-h-profile-20261204-051102-034b": "node of 2026-12-04 05:05",
+    "h200-vllm-i-profile-20261204-051728-13a1": "node of 2026-12-04 05:05",
+}
+
+
+def node_of(p: Point, source: str) -> str:
+    """The machine a point was measured on: its boot id where recorded, else SAME_NODE's
+    name for its sweep, else its sweep (a sweep runs on one node)."""
+    boot = p.trial.host.get("boot_id")
+    if boot:
+        return f"boot {boot[:8]}"
+    name = Path(source).name
+    return SAME_NODE.get(name, name)
+
+
 def config_group(p: Point) -> str:
     """A configuration's identity across sweeps: the engine settings, not the launch or the
     model length (the same settings measured twice are one configuration)."""

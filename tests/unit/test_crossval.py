@@ -101,3 +101,28 @@ def test_published_fixtures_are_complete_and_pinned():
     seed = [r for r in rows if r["mode"] == "closed_loop"]
     assert {r["requests"] for r in seed if r["concurrency"] == 128} == {1024}
     assert all(r["file"].startswith("results/") for r in seed)
+
+
+def test_folds_profiled_on_a_node_take_profile_and_scored_points_from_that_node_alone():
+    from benchmarks.crossval_data import node_of
+    from orchestrator.planning.model_error import shape_key
+
+    data = discover(DEFAULT_ROOTS)
+    pts = data.points
+    nodes = [node_of(p, data.sources[id(p)]) for p in pts]
+    jobs = [j for j in cv._folds(pts, 5, "powell", frozenset(), nodes=nodes)
+            if j[0] == "onnode"]
+    names = set()
+    for _, name, train, held, *_, then in jobs:
+        machine = {nodes[i] for i in held + then}
+        assert len(machine) == 1 and name.endswith(f" on {machine.pop()}")
+        shape = {shape_key(pts[i].shape) for i in held + then}
+        assert len(shape) == 1 and shape.pop() not in {shape_key(pts[i].shape) for i in train}
+        assert {pts[i].concurrency for i in then} <= set(cv.PROFILE_LEVELS)
+        assert not {pts[i].concurrency for i in held} & set(cv.PROFILE_LEVELS)
+        names.add(name)
+    # the 1B-like shape on the 12-03 node and on the 12-04 05:05 node are two folds, not one
+    assert {n for n in names if "2026-12-03 07:54" in n} and \
+        {n for n in names if "2026-12-04 05:05" in n}
+    assert cv._folds(pts, 5, "powell", frozenset()) == \
+        [j for j in cv._folds(pts, 5, "powell", frozenset(), nodes=nodes) if j[0] != "onnode"]
