@@ -337,7 +337,7 @@ def main() -> None:
         row["source"] = data.sources.get(id(p), "")
     result["precision_signs"] = precision_signs(result["rows"])
     result.update(label=a.label, max_evals=a.max_evals, method=a.method, freeze=sorted(freeze),
-                  profile_host=a.profile_host, folds=sorted(kinds),
+                  profile_host=a.profile_host, fold_kinds=sorted(kinds),
                   base=base,
                   skipped=data.skipped,
                   wall_s=round(time.monotonic() - t0, 1),
