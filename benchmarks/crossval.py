@@ -18,8 +18,8 @@ copied under benchmarks/results/ joins the next run. Folds:
   model measures), predicting this shape's other points (the profiled ones are not scored);
 - **profiled on its node**: the same, with the profile and the points it predicts taken from
   one machine (``crossval_data.node_of``: the boot id, else a documented map of node
-  sessions); ``--profile-host`` makes both profiled folds fit ``host_scale`` alone of the host
-  costs (``calibrate(host=True)``, what ``profile-model`` does);
+  sessions). Both profiled folds fit ``host_scale`` alone of the host costs
+  (``calibrate(host=True)``, what ``profile-model`` does; ``--profile-each-cost``: each cost);
 - beside them the **default** profile (unfitted) and the **in-sample** fit on everything (how
   far the out-of-sample error is from the best the model can do).
 
@@ -314,8 +314,9 @@ def main() -> None:
     ap.add_argument("--set", default="", metavar="K=V,...",
                     help="fitted factors' starting values instead of the profile's (e.g. to "
                          "score the model as it was before a change: the new factor neutral)")
-    ap.add_argument("--profile-host", action="store_true",
-                    help="profiled folds: fit host_scale, not each host cost, to the profile")
+    ap.add_argument("--profile-each-cost", action="store_true",
+                    help="profiled folds: fit each host cost to the profile, not host_scale "
+                         "alone (what profile-model did before 2026-12-04)")
     ap.add_argument("--folds", default="",
                     help="comma-separated fold kinds to run (loco, lopo, lomo, profiled, "
                          "insample); default all")
@@ -331,13 +332,13 @@ def main() -> None:
     base = {k: float(v) for k, v in (kv.split("=") for kv in a.set.split(",") if kv)}
     kinds = frozenset(k for k in a.folds.split(",") if k)
     nodes = [node_of(p, data.sources.get(id(p), "")) for p in data.points]
-    result = run(data.points, a.max_evals, a.jobs, a.method, freeze, base, a.profile_host,
-                 kinds, nodes)
+    result = run(data.points, a.max_evals, a.jobs, a.method, freeze, base,
+                 not a.profile_each_cost, kinds, nodes)
     for row, p in zip(result["rows"], data.points):
         row["source"] = data.sources.get(id(p), "")
     result["precision_signs"] = precision_signs(result["rows"])
     result.update(label=a.label, max_evals=a.max_evals, method=a.method, freeze=sorted(freeze),
-                  profile_host=a.profile_host, fold_kinds=sorted(kinds),
+                  profile_host=not a.profile_each_cost, fold_kinds=sorted(kinds),
                   base=base,
                   skipped=data.skipped,
                   wall_s=round(time.monotonic() - t0, 1),

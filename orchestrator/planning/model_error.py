@@ -105,8 +105,11 @@ def model_error(shape: ModelShape | None, results_dir: Path | None = None,
 
 
 def _profiled(profile: ModelProfile, gpu: str | None, files: list[Path]) -> ModelError:
+    # a profile is made on one node: the error after a profile on the point's own node where
+    # the file has it, else after a profile pooled over nodes
     held = next((e for p in files if (rows := _rows(p)) is not None
-                 and (e := _mean(rows, "profiled")) is not None), None)
+                 and (e := _mean(rows, "onnode") or _mean(rows, "profiled")) is not None),
+                None)
     value = max(profile.error_after, held or 0.0) or DEFAULT_MODEL_ERROR
     source = (f"profiled ({profile.sweep_id}: {profile.points} levels, fit error "
               f"{100 * profile.error_after:.0f}%"

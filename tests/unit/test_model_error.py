@@ -95,3 +95,22 @@ def test_an_unseen_shape_gets_the_leave_one_model_out_error_once_it_is_measured(
     e = model_error(unseen, tmp_path, tmp_path / "none")
     assert not e.profiled and e.value == pytest.approx(0.40) and e.points == 2
     assert "left out of the fit" in e.source
+
+
+def test_a_profiles_band_is_the_error_after_a_profile_on_the_points_own_node(tmp_path):
+    from actors.contracts.model_profile import ModelProfile
+
+    profile = ModelProfile(shape=shape_key(EIGHT_B), model="m", engine="vllm", gpu="h200",
+                           profile="vllm", factors={"host_scale": 1.3}, points=4,
+                           error_before=0.3, error_after=0.02, sweep_id="s",
+                           created="2026-12-04T00:00:00Z", gpu_seconds=60.0)
+    rows = [{"shape": shape_key(EIGHT_B), "err_profiled": {"output_tok_s": 0.3},
+             "err_onnode": {"output_tok_s": 0.1}}]
+    (tmp_path / "crossval-x.json").write_text(json.dumps({"rows": rows}))
+    e = model_error(EIGHT_B, tmp_path, tmp_path / "none", profile=profile, gpu="h200")
+    assert e.value == pytest.approx(0.1) and "10% cross-validated" in e.source
+    # a file without the on-node fold: the error after a profile pooled over nodes
+    rows[0].pop("err_onnode")
+    (tmp_path / "crossval-x.json").write_text(json.dumps({"rows": rows}))
+    e = model_error(EIGHT_B, tmp_path, tmp_path / "none", profile=profile, gpu="h200")
+    assert e.value == pytest.approx(0.3)
