@@ -77,13 +77,13 @@ def _fit_and_predict(job: Job) -> dict:
     kind, name, train, held, max_evals, method, freeze, base, then = job
     t0 = time.process_time()
     evaluations = 0
-    for stage in (train, then):
+    for second, stage in enumerate((train, then)):
         if not stage:
             continue
         pts = [_POINTS[i] for i in stage]
         fit = calibrate(pts, pts[0].spec, pts[0].shape, PROFILE,  # type: ignore[arg-type]
                         max_evals=max_evals, method=method, freeze=freeze, base=base,
-                        host=_HOST and stage is then)
+                        host=_HOST and bool(second))
         base, evaluations = dict(fit.fitted), evaluations + fit.evaluations
     held_pts = [_POINTS[i] for i in held]
     preds = predict_points(held_pts, held_pts[0].spec, held_pts[0].shape, PROFILE,  # type: ignore
@@ -120,9 +120,8 @@ def _folds(points: list[Point], max_evals: int, method: str, freeze: frozenset[s
     # profiled on its node: the model left out, then profiled at c=1, 32 on one machine and
     # scored on that machine's other points (what a user who profiles where they serve gets)
     by_node: dict[str, list[int]] = {}
-    for i, p in enumerate(points):
-        if nodes:
-            by_node.setdefault(f"{shape_key(p.shape)} on {nodes[i]}", []).append(i)
+    for i, node in enumerate(nodes or ()):
+        by_node.setdefault(f"{shape_key(points[i].shape)} on {node}", []).append(i)
     for name, held in by_node.items():
         shape = shape_key(points[held[0]].shape)
         others = [i for i in everyone if shape_key(points[i].shape) != shape]
@@ -319,7 +318,7 @@ def main() -> None:
                          "alone (what profile-model did before 2026-12-04)")
     ap.add_argument("--folds", default="",
                     help="comma-separated fold kinds to run (loco, lopo, lomo, profiled, "
-                         "insample); default all")
+                         "onnode, insample); default all")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "crossval.json")
     ap.add_argument("--label", default="", help="a note stored in the JSON (e.g. the change)")

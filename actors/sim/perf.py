@@ -171,11 +171,12 @@ class StepModel:
         (graphs on), else eager launches."""
         p = self.profile
         if b.prefill_tokens == 0 and self.padded(b.decode_seqs) is not None:
-            return p.graph_us_per_layer * p.host_scale
-        if self.cfg.cuda_graphs and p.piecewise_graphs:
-            return p.piecewise_us_per_layer * p.host_scale
-        return (p.eager_us_per_layer + (self.cfg.tp - 1) * p.eager_tp_us_per_layer) \
-            * p.host_scale
+            us = p.graph_us_per_layer
+        elif self.cfg.cuda_graphs and p.piecewise_graphs:
+            us = p.piecewise_us_per_layer
+        else:
+            us = p.eager_us_per_layer + (self.cfg.tp - 1) * p.eager_tp_us_per_layer
+        return us * p.host_scale
 
     def allreduce(self, tokens: int) -> float:
         tp = self.cfg.tp
