@@ -104,7 +104,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         out = {"spec": spec.name, "host_pace": pace, "traffic": mix, "trials": [
             {"key": p.config.key(), "label": p.config.label(), "feasible": p.feasible,
              "reason": p.reason, "config": p.config.model_dump(mode="json"),
-             "prediction": (preds[p.config.key()].levels if p.config.key() in preds else None)}
+             "prediction": (preds[p.config.key()].levels if p.config.key() in preds else None),
+             "predicted_capacity": (preds[p.config.key()].capacity
+                                    if p.config.key() in preds else None)}
             for p in planned], "estimated_sweep_s": total_s,
             "model_error": None if err is None else {
                 "relative": err.value, "source": err.source, "profiled": err.profiled},
@@ -139,6 +141,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                        f"{lv['output_tok_s']:9.1f} tok/s{band}  "
                        f"TTFT p50 {lv['ttft_p50_ms']:7.1f} ms  ITL p50 {lv['itl_p50_ms']:6.2f} ms"
                        f"  run<={lv['max_running']}{wait}{pre}")
+            if pred.capacity is not None:
+                _print(f"          {_capacity_line(pred.capacity)}")
     if args.predict and not preds:
         _print("\nno prediction: the model's shape is unknown here (model.path needs a local "
                "config.json, or use model.preset)")
@@ -166,6 +170,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if pace and pace["problems"]:
         _print(_pace_line(pace, spec.sim.time_scale))
     return EXIT_OK
+
+
+def _capacity_line(cap: dict[str, Any]) -> str:
+    """The capacity at SLO the model finds, as the search would step to it."""
+    if cap["rps"] is None:
+        return f"capacity at SLO: none found in {cap['probes']} probes ({cap['note']})"
+    price = (f", ${cap['usd_per_million_tokens']:.2f} per M output tokens"
+             if cap.get("usd_per_million_tokens") is not None else "")
+    return (f"capacity at SLO: {cap['rps']:.2f} req/s, {cap['output_tok_s']:.1f} tok/s"
+            f"{price} (model, {cap['probes']} probes)")
 
 
 def _traffic_line(mix: dict[str, Any]) -> str:
@@ -199,7 +213,10 @@ def _host_pace(spec: Any, planned: list[Any], preds: dict[str, TrialPrediction]
         from orchestrator.planning.forecast import predict_trial
 
         preds = {p.config.key(): predict_trial(p.config, spec, shape) for p in sims}
-    levels = [(p.config.label(), int(lv["concurrency"]), float(lv["itl_p50_ms"] or 0))
+    # the streams the model runs at once set the sim's work per step: an open-loop level's
+    # ``concurrency`` is only its in-flight cap (1024 when uncapped)
+    levels = [(p.config.label(), int(lv.get("max_running") or lv["concurrency"]),
+               float(lv["itl_p50_ms"] or 0))
               for p in sims if p.config.key() in preds
               for lv in preds[p.config.key()].levels]
     host = calibrate(shape, spec.hardware)
@@ -216,7 +233,7 @@ def _pace_line(pace: dict[str, Any], scale: float) -> str:
            "even time_scale 1 is too fast here: run on an idle host")
     return (f"\nwarning: this host may not keep sim.time_scale {scale:g} at "
             f"{len(pace['problems'])} of {pace['levels']} level(s) ({h['cpus']} CPUs, load "
-            f"{h['load_1m']:.1f}, timers {h['timer_late_ms']:.2f} ms late): worst c="
-            f"{worst['concurrency']} of {worst['label']}, a {worst['step_ms']:.2f} ms step "
+            f"{h['load_1m']:.1f}, timers {h['timer_late_ms']:.2f} ms late): worst "
+            f"{worst['concurrency']} running in {worst['label']}, a {worst['step_ms']:.2f} ms step "
             f"needs {worst['cost_ms']:.2f} ms here; {fix}. Levels that lag are flagged "
             "sim_behind and cannot win.")

@@ -3,27 +3,34 @@
 Predictions use the sim's model for the trial's engine family (a vLLM trial is
 predicted with the vLLM profile). Durations: a server start per trial plus,
 per level, warm-up and rounds of closed-loop requests at the predicted speed;
-for the sim engine real time is simulated time x ``sim.time_scale``. The sweep adds
-what earlier sweeps measured around the trials (``planning.overheads``).
+for the sim engine real time is simulated time x ``sim.time_scale``. A capacity search
+(``workload.capacity``) is driven probe by probe by the model's own verdicts (the same
+``CapacitySearch`` steps a trial takes), so its probes are counted and its rate
+predicted. The sweep adds what earlier sweeps measured around the trials
+(``planning.overheads``).
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 from actors.contracts.config import TrialConfig
 from actors.contracts.hardware import get_hardware
+from actors.contracts.results import CapacityProbe
 from actors.contracts.shapes import ModelShape
-from actors.contracts.traffic import LevelKind
+from actors.contracts.traffic import Level, LevelKind
 from actors.engines import get_adapter
 from actors.engines.sim import sim_settings
 from actors.sim.perf import DEFAULT_PROFILE
 from actors.sim.predict import build_engine, simulate_closed_loop
-from actors.sim.replay import simulate_requests
+from actors.sim.replay import ReplayResult, simulate_requests
 from orchestrator.planning.feasibility import family_of
 from orchestrator.planning.model_view import sim_requests
 from orchestrator.planning.overheads import DEFAULTS, Overheads
 from orchestrator.planning.plan import PlannedTrial
+from orchestrator.planning.slo_capacity import CapacitySearch
 from orchestrator.spec import SweepSpec
 
 __all__ = ["TrialPrediction", "predict_trial", "estimate_startup_s", "predict_sweep"]
@@ -36,6 +43,7 @@ class TrialPrediction:
     levels: list[dict]
     startup_s: float
     measure_s: float  # real seconds the levels take
+    capacity: dict | None = None  # capacity at SLO as the model finds it (workload.capacity)
 
     @property
     def total_s(self) -> float:
@@ -48,40 +56,94 @@ def estimate_startup_s(trial: TrialConfig, hw_kind: str) -> float:
     return get_adapter(trial.engine).startup_estimate_s(trial, hw_kind)
 
 
+class _Predicted(NamedTuple):
+    row: dict  # what ``plan`` prints and ``--json`` gives for the level
+    round_s: float  # simulated seconds of one round
+    requests: int  # requests per round
+    slo_share: float  # of the steady window meeting the SLO (0: closed loop, fixed shape)
+
+
 def predict_trial(trial: TrialConfig, spec: SweepSpec, shape: ModelShape) -> TrialPrediction:
     hw = get_hardware(spec.hardware)
-    profile = family_of(trial) or DEFAULT_PROFILE
-    cfg = sim_settings(trial)
     w = spec.workload
     scale = spec.sim.time_scale if get_adapter(trial.engine).time_scaled else 1.0
     levels = []
     measure = 0.0
-    plan = spec.request_plan()
     for lv in w.levels():
-        engine, _ = build_engine(shape, hw, profile, cfg, seed=spec.sim.seed, jitter=0.0,
-                                 overrides=spec.sim.profiles.get(profile))
-        c = w.in_flight_cap(lv)
-        if plan is None and lv.kind is LevelKind.CONCURRENCY:
-            n = w.requests_for(c)
-            p = simulate_closed_loop(engine, c, n, w.prompt_tokens, w.output_tokens,
-                                     w.shared_prefix_tokens)
-            per_round = p.duration_s
-            row = {k: v for k, v in asdict(p).items() if k != "requests"}
-        else:  # the request list itself, at its schedule (actors.sim.replay)
-            n = w.requests_at(lv, len(plan.requests) if plan else None)
-            r = simulate_requests(engine, sim_requests(spec, lv, n), c)
-            per_round = r.duration_s
-            row = {"concurrency": c, "output_tok_s": r.output_tok_s,
-                   "ttft_p50_ms": r.ttft_p50_ms,
-                   "itl_p50_ms": r.itl_p50_ms or 0.0, "max_running": r.max_running,
-                   "max_waiting": r.max_waiting, "preemptions": 0,
-                   "requests_s": r.requests_s}
-        row["level"] = lv.key
-        warm = per_round * min(1.0, w.warmup_requests / n) if w.warmup_requests else 0.0
-        measure += (warm + per_round * w.rounds_for(c)) * max(scale, 0.02) + 0.2
-        levels.append(row)
+        got = _predict_level(trial, spec, shape, lv)
+        measure += _level_s(spec, got, scale)
+        levels.append(got.row)
+    capacity = None
+    if w.capacity is not None and spec.sim.hold_s is None:
+        search = CapacitySearch(w.capacity)
+        while (probe := search.level()) is not None:
+            got = _predict_level(trial, spec, shape, probe)
+            held = got.slo_share >= w.capacity.share
+            got.row["probe"] = "held" if held else "missed"
+            search.record_probe(CapacityProbe(
+                rate=probe.value, held=held, slo_met=got.slo_share,
+                output_tok_s=got.row["output_tok_s"], reason="" if held else
+                f"{got.slo_share:.1%} met the SLO (needs {w.capacity.share:.1%})"))
+            measure += _level_s(spec, got, scale)
+            levels.append(got.row)
+        found = search.result(trial.tp)
+        capacity = {"rps": found.rps, "output_tok_s": found.output_tok_s,
+                    "usd_per_million_tokens": found.usd_per_million_tokens,
+                    "probes": len(found.probes) + len(found.repeats), "note": found.note}
     return TrialPrediction(trial.key(), trial.label(), levels,
-                           estimate_startup_s(trial, hw.kind), measure)
+                           estimate_startup_s(trial, hw.kind), measure, capacity)
+
+
+def _predict_level(trial: TrialConfig, spec: SweepSpec, shape: ModelShape, lv: Level
+                   ) -> _Predicted:
+    """One level as the model sees it (``_Predicted``)."""
+    hw = get_hardware(spec.hardware)
+    profile = family_of(trial) or DEFAULT_PROFILE
+    w, plan = spec.workload, spec.request_plan()
+    engine, _ = build_engine(shape, hw, profile, sim_settings(trial), seed=spec.sim.seed,
+                             jitter=0.0, overrides=spec.sim.profiles.get(profile))
+    c = w.in_flight_cap(lv)
+    if plan is None and lv.kind is LevelKind.CONCURRENCY:
+        p = simulate_closed_loop(engine, c, w.requests_for(c), w.prompt_tokens,
+                                 w.output_tokens, w.shared_prefix_tokens)
+        row = {k: v for k, v in asdict(p).items() if k != "requests"}
+        row["level"] = lv.key
+        return _Predicted(row, p.duration_s, w.requests_for(c), 0.0)
+    # the request list itself, at its schedule (actors.sim.replay)
+    n = w.requests_at(lv, len(plan.requests) if plan else None)
+    reqs = sim_requests(spec, lv, n)
+    r = simulate_requests(engine, reqs, c)
+    row = {"concurrency": c, "output_tok_s": r.output_tok_s, "ttft_p50_ms": r.ttft_p50_ms,
+           "itl_p50_ms": r.itl_p50_ms or 0.0, "max_running": r.max_running,
+           "max_waiting": r.max_waiting, "preemptions": 0, "requests_s": r.requests_s,
+           "level": lv.key}
+    return _Predicted(row, r.duration_s, n, _slo_share(spec, [q.arrival_s for q in reqs], r))
+
+
+def _level_s(spec: SweepSpec, got: _Predicted, scale: float) -> float:
+    """Real seconds a level takes: its warm-up and rounds at the predicted speed."""
+    w = spec.workload
+    warm = got.round_s * min(1.0, w.warmup_requests / got.requests) \
+        if w.warmup_requests else 0.0
+    rounds = w.rounds_for(int(got.row["concurrency"]))
+    return (warm + got.round_s * rounds) * max(scale, 0.02) + 0.2
+
+
+def _slo_share(spec: SweepSpec, arrivals: list[float | None], res: ReplayResult) -> float:
+    """The share of a replayed open-loop round's steady-window requests that met every SLO
+    limit: those sent after the first and before the last ``steady_trim`` of the send span
+    (and no sooner than one median request time in), as the load generator keeps them."""
+    if not res.ttft_ms or any(t is None for t in arrivals) or spec.slo.empty:
+        return 0.0
+    at = [float(t or 0.0) for t in arrivals]
+    due = sorted(at)
+    cut = spec.workload.steady_trim * (due[-1] - due[0])
+    a, b = due[0] + max(cut, statistics.median(res.e2e_ms) / 1e3), due[-1] - cut
+    kept = [i for i, t in enumerate(at) if a <= t <= b] if b > a \
+        else list(range(len(res.ttft_ms)))
+    met = [i for i in kept if spec.slo.met_by(res.ttft_ms[i], res.itl_p99_ms[i],
+                                              res.e2e_ms[i])]
+    return len(met) / len(kept) if kept else 0.0
 
 
 def predict_sweep(planned: list[PlannedTrial], spec: SweepSpec,

@@ -124,7 +124,8 @@ def calibrate(shape: ModelShape, hardware: str) -> HostSpeed:
 def check(host: HostSpeed, scale: float, levels: list[tuple[str, int, float]]
           ) -> list[PaceProblem]:
     """The levels whose scaled step the host cannot keep. ``levels``: (trial label,
-    concurrency, predicted ITL p50 in simulated ms) of each sim level."""
+    streams the model runs at once (a closed loop's concurrency, an open loop's predicted
+    maximum), predicted ITL p50 in simulated ms) of each sim level."""
     out = []
     for label, c, itl_ms in levels:
         if scale <= 0 or itl_ms <= 0:

@@ -2,10 +2,11 @@
 
 ``CapacitySearch`` is driven by a trial one measured level at a time (``next_rate``, then
 ``record`` the ``LevelResult`` at that rate), so the controller keeps its tick-by-tick
-loop. A probe *holds* when the level may win on its own terms (``eligibility``: valid,
-verified, on schedule, the sim on time; the SLO's p99 limits aside) and at least
-``share`` of its steady window's requests met every limit of the SLO on their own
-(``LevelMetrics.slo_met``). The rule:
+loop; ``plan --predict`` drives the same steps with the model's verdicts
+(``record_probe``). A probe *holds* when the level may win on its own terms
+(``eligibility``: valid, verified, on schedule, the sim on time; the SLO's p99 limits
+aside) and at least ``share`` of its steady window's requests met every limit of the SLO
+on their own (``LevelMetrics.slo_met``). The rule:
 
 1. bracket: start at ``low``; while a rate holds, double it (capped at ``high``: a config
    that holds ``high`` is reported at ``high``, the note says so); a first rate that misses
@@ -92,7 +93,10 @@ class CapacitySearch:
         return (self.held + self.missed) / 2
 
     def record(self, level: LevelResult) -> CapacityProbe:
-        p = probe_of(level, self.spec.share)
+        return self.record_probe(probe_of(level, self.spec.share))
+
+    def record_probe(self, p: CapacityProbe) -> CapacityProbe:
+        """Take one probe's verdict (``record``'s, or ``plan --predict``'s from the model)."""
         if self._done_searching:
             self.repeats.append(p)
             return p
