@@ -36,6 +36,7 @@ from actors.engines.base import LaunchContext
 from actors.engines.deploy import NOT_MEASURED, Deployment
 from orchestrator.errors import UsageError
 from orchestrator.planning.plan import plan_sweep
+from orchestrator.planning.regimes import trial_scores
 from orchestrator.results.analysis import levels_frame, winners
 from orchestrator.results.export_ray import dump_yaml, rayservice, serve_config
 from orchestrator.results.export_render import RegimeWinner, render_readme, render_script
@@ -43,6 +44,7 @@ from orchestrator.results.ledger import Ledger
 from orchestrator.results.page import regime_frame, regimes_of
 from orchestrator.results.quality_view import gate_text, quality_cell, quality_json
 from orchestrator.spec import SweepSpec
+from orchestrator.spec.search import Objective
 
 __all__ = ["RegimeWinner", "RegimeExport", "regime_winners", "export_sweep", "regime_dir"]
 
@@ -76,6 +78,8 @@ def _per_level(df: pd.DataFrame, key: str, levels: list[str]) -> dict[str, dict[
 
 
 def regime_winners(spec: SweepSpec, results: list[TrialResult]) -> list[RegimeWinner]:
+    if spec.search.objective is Objective.SLO_CAPACITY:
+        return _capacity_winners(spec, results)
     band = spec.workload.noise_band
     ws = {w.name: w for w in winners(results, spec.slo, band, spec.workload.trust_usage,
                                             spec.search.objective)}
@@ -107,6 +111,34 @@ def regime_winners(spec: SweepSpec, results: list[TrialResult]) -> list[RegimeWi
             _per_level(df, str(best["key"]), levels),
             None if runner is None else str(runner["label"]), margin,
             bool(margin is not None and margin < noise), noise))
+    return out
+
+
+def _capacity_winners(spec: SweepSpec, results: list[TrialResult]) -> list[RegimeWinner]:
+    """Under ``objective: slo_capacity`` each regime's winner is the config holding the most
+    requests/s per GPU at the SLO (``planning.regimes``); its margin is over the runner-up,
+    within noise under the larger of the spec's band and the capacities' own spread."""
+    out = []
+    for name, levels in regimes_of(spec).items():
+        ranked = sorted(((s.value, r) for r in results
+                         if (s := trial_scores(r, spec).get(name)) is not None
+                         and s.feasible and s.value), key=lambda x: -x[0])
+        if not ranked:
+            out.append(RegimeWinner(name, levels, None, None, None,
+                                    note="no config held the SLO at any rate"))
+            continue
+        (best, r), runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
+        cap = r.slo_capacity
+        assert cap is not None  # a capacity value comes from it
+        margin = best / runner[0] - 1 if runner is not None else None
+        noise = max([spec.workload.noise_band] + [
+            x.slo_capacity.band for _, x in ranked[:2]
+            if x.slo_capacity is not None and x.slo_capacity.band is not None])
+        out.append(RegimeWinner(
+            name, levels, r.key, r.config.label(), cap.output_tok_s, {},
+            None if runner is None else runner[1].config.label(), margin,
+            bool(margin is not None and margin < noise), noise,
+            note=f"{cap.rps:g} req/s at the SLO ({cap.rps_per_gpu:g} per GPU)"))
     return out
 
 

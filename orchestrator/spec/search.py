@@ -26,8 +26,13 @@ from pydantic import Field, field_validator, model_validator
 from actors.contracts.config import AXES, Frozen, PosInt, Scalar, SpaceEntry
 from actors.contracts.traffic import Level
 
-__all__ = ["Objective", "LatencyMetric", "Sampler", "Budget", "ParamSpec", "SearchSpec",
-           "RANGE_FIELDS", "check_search_against"]
+__all__ = ["CAPACITY_REGIME", "Objective", "LatencyMetric", "Sampler", "Budget", "ParamSpec",
+           "SearchSpec", "RANGE_FIELDS", "check_search_against"]
+
+
+#: the one regime of a workload whose only load is its capacity search (``workload.capacity``
+#: with no levels) under ``objective: slo_capacity``: configs rank by requests/s per GPU
+CAPACITY_REGIME = "capacity"
 
 
 class Objective(StrEnum):
@@ -236,6 +241,8 @@ class SearchSpec(Frozen):
         if self.at_concurrency is not None:
             key = Level.of(self.at_concurrency).key
             return {key: [key]}
+        if not levels and self.objective is Objective.SLO_CAPACITY:
+            return {CAPACITY_REGIME: []}  # a capacity search alone: one figure per config
         return {lv.key: [lv.key] for lv in levels}
 
 
@@ -248,7 +255,7 @@ def check_search_against(search: SearchSpec, levels: list[Level],
         if unknown:
             raise ValueError(f"search.regimes.{name}: levels {unknown} are not among the "
                              f"workload's levels {keys}; add them there or drop them")
-        if not mine:
+        if not mine and search.regimes is not None:
             raise ValueError(f"search.regimes.{name}: give at least one level")
     for name, p in search.params.items():
         field = name.removeprefix("extra.")

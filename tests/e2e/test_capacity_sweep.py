@@ -113,10 +113,6 @@ def test_the_report_shows_the_capacity_table_and_the_knee_chart(
     assert any(p.suffix == ".svg" and "slo_capacity" in p.name for p in folder.rglob("*"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "product bug: a capacity-only workload (as search_spaces/traffic-capacity.yaml) has no "
-    "load level, so search.regime_levels gives no regime: report --json's regimes and "
-    "winners are empty and nothing ranks the configs by requests/s per GPU at SLO"))
 def test_report_json_ranks_the_configs_by_capacity_per_gpu(
         home: str, capsys: pytest.CaptureFixture[str]):
     assert main(["report", home, "--json", "--no-mlflow"]) == 0
@@ -130,9 +126,6 @@ def test_report_json_ranks_the_configs_by_capacity_per_gpu(
             winner.slo_capacity.rps_per_gpu, rel=0.01)  # type: ignore[union-attr]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "product bug: with no load level there is no regime to export, so `servesweep export` "
-    "writes only an empty export.json: no deployment.json carries the capacity"))
 def test_export_writes_the_capacity_winner_with_its_capacity(
         home: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     out = tmp_path / "export"
