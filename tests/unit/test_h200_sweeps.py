@@ -102,10 +102,12 @@ def test_every_real_level_reports_the_median_of_its_rounds_not_the_best(h200_hom
     # and the user's traffic of 12-03 (k, l: three Poisson rates each, one round a level),
     # and of 12-04 the quality sweep (4 configs x c=8, c=64) and the 1B cliff's capture-size
     # A/B (m: 2 configs x c=128, c=256), then m again with the stacks sampled and the short
-    # profiles (`profile-model`) of the 1B-like and 3B-like shapes (3 configs x c=1, c=32)
-    assert len(levels) == 24 + 15 + 15 + 10 + 10 + 10 + 15 + 15 + 8 + 6 + 6 + 8 + 4 + 4 + 6 + 6
+    # profiles (`profile-model`) of the 1B-like and 3B-like shapes (3 configs x c=1, c=32),
+    # and of 12-05 the 1B-like profile and sweep h on one node (6 levels, then 15)
+    assert len(levels) == 24 + 15 + 15 + 10 + 10 + 10 + 15 + 15 + 8 + 6 + 6 + 8 + 4 + 4 + 6 + 6 \
+        + 6 + 15
     closed = [lv for lv in levels if lv.open_loop is None]
-    assert len(closed) == 150
+    assert len(closed) == 150 + 6 + 15
     for lv in closed:
         tputs = [rr.output_tok_s for rr in lv.rounds]
         assert len(tputs) == 2 and lv.metrics.output_tok_s == pytest.approx(median(tputs))
