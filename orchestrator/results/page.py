@@ -137,18 +137,22 @@ def build_sections(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                         f"({best['output_tok_s']:,.1f} tok/s, geometric mean)")
     win.add("Every load regime (a regime of several levels: the geometric mean of its "
             "levels; a config must be valid at all of them):",
-            Table(REGIME_HEADERS, regimes_rows(spec, results)),
-            "Every level:")
-    accuracy = {r.key: quality_cell(r) for r in results} if spec.quality else None
-    win.add(Table(["level", "winner", "out tok/s", "margin", "noise band", "verdict"]
-                  + (["accuracy (drop [95% CI])"] if accuracy is not None else []),
-                  _winner_rows(ws, band, accuracy)))
-    per_gpu = winners(_per_gpu(results), spec.slo, band, w.trust_usage)
-    win.add(crossover_chart(ws),
-            "Per GPU (output tok/s divided by TP) the winners are:",
-            Table(["level", "winner per GPU", "out tok/s per GPU", "raw winner"],
-                  [[p.name, p.label or "-", _n(p.output_tok_s),
-                    by_level[p.name].label or "-"] for p in per_gpu]))
+            Table(REGIME_HEADERS, regimes_rows(spec, results)))
+    if w.levels():
+        accuracy = {r.key: quality_cell(r) for r in results} if spec.quality else None
+        win.add("Every level:", Table(
+            ["level", "winner", "out tok/s", "margin", "noise band", "verdict"]
+            + (["accuracy (drop [95% CI])"] if accuracy is not None else []),
+            _winner_rows(ws, band, accuracy)))
+        per_gpu = winners(_per_gpu(results), spec.slo, band, w.trust_usage)
+        win.add(crossover_chart(ws),
+                "Per GPU (output tok/s divided by TP) the winners are:",
+                Table(["level", "winner per GPU", "out tok/s per GPU", "raw winner"],
+                      [[p.name, p.label or "-", _n(p.output_tok_s),
+                        by_level[p.name].label or "-"] for p in per_gpu]))
+    else:  # capacity only: no concurrency or rate level to win at
+        win.add("No concurrency or rate levels: configs are ranked by requests/s per GPU at "
+                "the SLO (Capacity at SLO, below).")
     sections.append(win)
 
     curves = Section("By level", "curves")

@@ -72,12 +72,18 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                      _n(win.ttft_p50_ms, ".1f"), _n(win.ttft_p99_ms, ".1f"),
                      _n(win.itl_p50_ms, ".2f"), f"{margin} vs {win.runner_up or '-'}{flags}"]
                     + ([quality_cell(by_key[win.key])] if spec.quality else []))
-    parts.append(f"\nWinner per level (highest {spec.search.objective.value} among "
-                 "valid levels"
-                 + (" meeting the SLO" if spec.slo.model_dump(exclude_none=True) else "") + "):")
-    parts.append(table_text(["level", "winner", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
-                             "ITL p50 ms", "margin to runner-up"]
-                            + (["accuracy (drop [95% CI])"] if spec.quality else []), rows))
+    if w.levels():
+        parts.append(f"\nWinner per level (highest {spec.search.objective.value} among "
+                     "valid levels"
+                     + (" meeting the SLO" if spec.slo.model_dump(exclude_none=True) else "")
+                     + "):")
+        parts.append(table_text(["level", "winner", "out tok/s", "TTFT p50 ms",
+                                 "TTFT p99 ms", "ITL p50 ms", "margin to runner-up"]
+                                + (["accuracy (drop [95% CI])"] if spec.quality else []),
+                                rows))
+    else:  # capacity only: no concurrency or rate level to win at
+        parts.append("\nNo concurrency or rate levels: configs are ranked by requests/s per "
+                     "GPU at the SLO (the capacity table below).")
     if spec.quality is not None:
         section = quality_section(spec, results)
         assert section is not None
@@ -105,7 +111,7 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                 if x.within_noise else ""
             parts.append(f"  between {x.between[0]} and {x.between[1]}: "
                          f"{x.from_label}  ->  {x.to_label}{noise}")
-    else:
+    elif w.levels():
         parts.append("\nNo crossover: one configuration wins at every level."
                      if any(win.key for win in ws) else "\nNo winner at any level.")
     caps = [r for r in results if r.slo_capacity is not None]

@@ -101,6 +101,9 @@ def test_the_report_shows_the_capacity_table_and_the_knee_chart(
     assert main(["report", home, "--no-mlflow"]) == 0
     text = capsys.readouterr().out
     assert "Capacity at SLO" in text
+    # no level ran, so no empty per-level table and no "no winner": the capacity ranks
+    assert "Winner per level" not in text and "No winner at any level" not in text
+    assert "configs are ranked by requests/s per GPU at the SLO" in text
     folder = Ledger.open(home).dir / "report"
     page = (folder / "index.html").read_text()
     md = (folder / "report.md").read_text()
@@ -110,6 +113,8 @@ def test_the_report_shows_the_capacity_table_and_the_knee_chart(
         assert "per M output tokens" in doc
         assert "Goodput against rate" in doc  # the knee chart
         assert f"{winner.config.label()} (most per GPU)" in doc
+        assert "configs are ranked by requests/s per GPU at" in doc
+        assert "Every level:" not in doc
         for r in results(home):
             c = r.slo_capacity
             assert c is not None and f"${c.usd_per_million_tokens:,.3f}" in doc
