@@ -2,7 +2,7 @@
 model shape and batch size: where FP8 weights stop being slower (issue 30, "FP8 GEMMs slower
 than BF16 below a matrix size, and the size where that turns over").
 
-Runs with the node's own PyTorch (no payload): ``python3 deploy/h200/gemm_bench.py --out
+Runs with the node's own PyTorch (no payload): ``python3 benchmarks/fp8_gemm.py --out
 $OUT/gemm.json``. For each shape of ``make_random_model.py`` (1b, 3b, 8b) it times one
 transformer layer's four projections (qkv, o, gate_up, down) at M tokens, each precision
 captured in one CUDA graph (as vLLM replays decode steps, so no launch cost is counted) and
