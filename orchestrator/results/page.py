@@ -22,7 +22,12 @@ from orchestrator.results.analysis import Winner, levels_frame, winners
 from orchestrator.results.charts import crossover_chart, metric_chart, pareto_chart
 from orchestrator.results.page_blocks import Section, Table
 from orchestrator.results.page_blocks import n_text as _n
-from orchestrator.results.page_levels import REGIME_HEADERS, flags_section, regimes_rows
+from orchestrator.results.page_levels import (
+    CAPACITY_ONLY,
+    REGIME_HEADERS,
+    flags_section,
+    regimes_rows,
+)
 from orchestrator.results.page_traffic import capacity_section, traffic_section
 from orchestrator.results.quality_view import quality_cell, quality_section
 from orchestrator.spec import SweepSpec
@@ -151,8 +156,7 @@ def build_sections(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                       [[p.name, p.label or "-", _n(p.output_tok_s),
                         by_level[p.name].label or "-"] for p in per_gpu]))
     else:  # capacity only: no concurrency or rate level to win at
-        win.add("No concurrency or rate levels: configs are ranked by requests/s per GPU at "
-                "the SLO (Capacity at SLO, below).")
+        win.add(CAPACITY_ONLY)
     sections.append(win)
 
     curves = Section("By level", "curves")

@@ -17,7 +17,12 @@ from orchestrator.planning.regimes import best_per_regime
 from orchestrator.results.page_blocks import Section, Table, n_text
 from orchestrator.spec import SweepSpec
 
-__all__ = ["flags_section", "regimes_rows", "flag_legend", "REGIME_HEADERS"]
+__all__ = ["flags_section", "regimes_rows", "flag_legend", "REGIME_HEADERS", "CAPACITY_ONLY"]
+
+#: what the report says in place of the per-level winners when a sweep has no level (its
+#: only load is the capacity search): the capacity table ranks it
+CAPACITY_ONLY = ("No concurrency or rate levels: configs are ranked by requests/s per GPU "
+                 "at the SLO (the capacity table below).")
 
 REGIME_HEADERS = ["regime", "levels", "winner", "value", "objective"]
 

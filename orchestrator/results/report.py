@@ -9,7 +9,12 @@ from typing import Any
 from actors.contracts.results import TrialResult
 from actors.contracts.states import LevelFlag, TrialStatus
 from orchestrator.results.analysis import crossovers, winners
-from orchestrator.results.page_levels import REGIME_HEADERS, flag_legend, regimes_rows
+from orchestrator.results.page_levels import (
+    CAPACITY_ONLY,
+    REGIME_HEADERS,
+    flag_legend,
+    regimes_rows,
+)
 from orchestrator.results.quality_view import (
     QUALITY_HEADERS,
     quality_cell,
@@ -82,8 +87,7 @@ def render_text(spec: SweepSpec, results: list[TrialResult], sweep_id: str,
                                 + (["accuracy (drop [95% CI])"] if spec.quality else []),
                                 rows))
     else:  # capacity only: no concurrency or rate level to win at
-        parts.append("\nNo concurrency or rate levels: configs are ranked by requests/s per "
-                     "GPU at the SLO (the capacity table below).")
+        parts.append("\n" + CAPACITY_ONLY)
     if spec.quality is not None:
         section = quality_section(spec, results)
         assert section is not None
