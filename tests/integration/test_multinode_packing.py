@@ -58,9 +58,12 @@ class EngineEnvWatch:
                     ev = json.loads(line) if line.startswith("{") else {}
                     if ev.get("type") == "started" and ev["key"] not in self.seen:
                         try:
-                            env = Path(f"/proc/{ev['pid']}/environ").read_bytes().split(b"\0")
+                            raw = Path(f"/proc/{ev['pid']}/environ").read_bytes()
                         except OSError:
                             continue
+                        if not raw:  # an engine caught as it exits reads as empty: not seen
+                            continue
+                        env = raw.split(b"\0")
                         cvd = [v.split(b"=", 1)[1].decode() for v in env
                                if v.startswith(b"CUDA_VISIBLE_DEVICES=")]
                         self.seen[ev["key"]] = cvd[0] if cvd else None
