@@ -49,7 +49,7 @@ $(VLLM_BENCH_EXTRA)/.done:
 	@touch $@
 
 ## quality-model: lm-eval in .venv-vllm (vLLM's packages pinned), a tiny Llama trained here on
-## 2-digit addition (about 3-6 min on 2 cores, busy or not, once; deploy/quality/README.md), a copy with
+## 2-digit addition (about 3-8 min on 2 cores, busy or not, once; deploy/quality/README.md), a copy with
 ## noise added to its weights, and the lm-eval task beside them: what quality-cpu.yaml sweeps
 QUALITY_MODEL := mlruns/models/arith-tiny
 .PHONY: quality-model

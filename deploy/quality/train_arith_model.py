@@ -15,8 +15,8 @@ Contract:
   save_pretrained (safetensors, bfloat16) + generation_config.
 - Threads on cpu: `--threads N`, or by default whichever of 2 and 1 runs a training step
   faster, timed on this host before training (forward and backward of one fixed batch, no
-  optimiser step, so the choice changes no state). Beside other busy processes one thread
-  is about twice as fast as two, which wait on each other; idle, two are faster. The
+  optimiser step, so the choice changes no state). Beside two busy loops one thread ran
+  1.5-5x faster than two, which wait on each other; idle, two are faster. The
   thread count changes the arithmetic's order, hence the weights, which the stages absorb.
 - The same seed does not give the same weights on every CPU (a CI host once reached 0.46
   where this box reached 0.918), so the size's steps are a first stage: while greedy exact
@@ -134,24 +134,30 @@ def encode_batch(tok, pairs, device):
     return torch.tensor(ids, device=device), torch.tensor(lab, device=device)
 
 
+def llama_config(cfg: dict, vocab: int, **tokens: int):
+    """The size's ``LlamaConfig`` (``tokens``: the special token ids, where known)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=vocab, hidden_size=cfg["hidden"], intermediate_size=cfg["inter"],
+        num_hidden_layers=cfg["layers"], num_attention_heads=cfg["heads"],
+        num_key_value_heads=cfg["kv"], max_position_embeddings=512, rms_norm_eps=1e-5,
+        tie_word_embeddings=False, **tokens)
+
+
 def train(out: Path, tok, cfg: dict, args) -> tuple[int, int, list[dict]]:
     """Train in stages (the module's contract), save the bf16 model; return the steps, the
     parameter count and each stage's record (steps, loss, validation exact match)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     lo, hi = 10 ** (cfg["digits"] - 1), 10 ** cfg["digits"] - 1
     _, held = split(cfg["digits"], args.seed)
     val = validation(cfg["digits"], args.seed)
     rng = random.Random(f"train-{args.seed}")
-    mcfg = LlamaConfig(
-        vocab_size=len(tok), hidden_size=cfg["hidden"], intermediate_size=cfg["inter"],
-        num_hidden_layers=cfg["layers"], num_attention_heads=cfg["heads"],
-        num_key_value_heads=cfg["kv"], max_position_embeddings=512, rms_norm_eps=1e-5,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id, tie_word_embeddings=False,
-    )
-    model = LlamaForCausalLM(mcfg).to(args.device)
+    model = LlamaForCausalLM(llama_config(cfg, len(tok), bos_token_id=tok.bos_token_id,
+                                          eos_token_id=tok.eos_token_id,
+                                          pad_token_id=tok.pad_token_id)).to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(0.9, 0.98),
                             weight_decay=0.01)
     cuda = args.device == "cuda"
@@ -208,13 +214,10 @@ def fastest_threads(cfg: dict, candidates: tuple[int, ...] = (2, 1), reps: int =
     """The thread count in ``candidates`` whose median training step (forward and backward
     of one fixed batch on a throwaway model of the size) is fastest here; prints each."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     before = torch.random.get_rng_state()
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=300, hidden_size=cfg["hidden"], intermediate_size=cfg["inter"],
-        num_hidden_layers=cfg["layers"], num_attention_heads=cfg["heads"],
-        num_key_value_heads=cfg["kv"], max_position_embeddings=512))
+    model = LlamaForCausalLM(llama_config(cfg, 300))
     torch.random.set_rng_state(before)  # the real model's init draws as if this never ran
     ids = torch.arange(cfg["batch"] * 64).reshape(cfg["batch"], 64) % 300
     best, best_s = candidates[0], math.inf
