@@ -125,7 +125,7 @@ class EngineHostCore:
         gpu_ids = [str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else []
         info = LaunchInfo(
             host=socket.gethostname(), node_ip=_node_ip(), node_id=_node_id(),
-            boot_id=boot_id(), argv=argv_safe,
+            boot_id=boot_id(), nice=os.nice(0), argv=argv_safe,
             env=env_safe, marker=self.marker, gpu_ids=gpu_ids, gpu_model=gpu_model(gpu_ids))
         for name, content in plan.files.items():
             (self.dir / name).write_text(content)

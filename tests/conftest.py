@@ -14,6 +14,11 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+#: the clusters tests start themselves (``ray.cluster_utils.Cluster``): workers at nice 0,
+#: as docs/troubleshooting.md tells a cluster's operator (Ray's default, 15, starves the
+#: engines and clients on a busy host); a local Ray is the product's (``connect_ray``)
+TEST_RAY = {"_system_config": {"worker_niceness": 0}}
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:

@@ -32,6 +32,9 @@ class LaunchInfo(_Message):
     #: Ray's node id is new with every cluster; this tells levels measured on the same machine
     #: (a host-bound model runs 1.3-2.2x apart across H200 nodes) from levels of another
     boot_id: str | None = None
+    #: the niceness the engine host (and so the engine and its client) ran at: Ray's workers
+    #: default to 15, which starves them beside any busy process (docs/troubleshooting.md)
+    nice: int | None = None
     argv: list[str] = Field(default_factory=list)  # secrets redacted
     env: dict[str, str] = Field(default_factory=dict)  # secrets redacted
     marker: str = ""  # in the server's environment: finds its processes later

@@ -71,13 +71,24 @@ def connect_ray(spec: SweepSpec) -> None:
     kwargs: dict[str, Any] = dict(namespace=spec.cluster.namespace, include_dashboard=False,
                                   log_to_driver=False, logging_level="WARNING")
     if not spec.cluster.address:  # "local": never join another cluster running here
-        kwargs.update(address="local", num_gpus=spec.cluster.gpus, num_cpus=spec.cluster.cpus)
+        kwargs.update(address="local", num_gpus=spec.cluster.gpus, num_cpus=spec.cluster.cpus,
+                      _system_config={"worker_niceness": WORKER_NICENESS})
     else:
         kwargs.update(address=spec.cluster.address)
     logging.getLogger(_RAY_AUTH_LOGGER).addFilter(_said_in_readme)
     with interrupts.deferred(), _ray_keeps_our_sigterm():
         ray.init(**kwargs)
 
+
+#: Ray starts its workers at nice 15 (``worker_niceness``), and every process they start
+#: inherits it: the engine server, the load generator and its shards. Beside one busy
+#: loop at nice 0 a nice-15 process gets about 3% of a core (weights 36 against 1,024), so
+#: on a busy host the measured engine and client starve (a shard's start went from 0.3 s
+#: to 9-13 s beside two ``yes`` loops: benchmarks/measured/suite-under-load-20261206b).
+#: A local Ray started here runs them at the host's default priority; a cluster's nodes
+#: need ``RAY_worker_niceness=0`` at ``ray start`` (docs/troubleshooting.md); each trial records
+#: the niceness its engine ran at (``host["nice"]``).
+WORKER_NICENESS = 0
 
 #: Ray's logger of token authentication, and the one line of it docs/security.md says instead
 _RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"

@@ -373,8 +373,8 @@ class TrialExecution:
         applied = self.ready.applied
         versions = {"engine": applied.version or "unknown", "servesweep": _version()}
         host: dict[str, Any] = self.launch_info.model_dump(
-            include={"host", "node_ip", "node_id", "boot_id", "gpu_ids", "gpu_model", "argv",
-                     "pid"})
+            include={"host", "node_ip", "node_id", "boot_id", "nice", "gpu_ids", "gpu_model",
+                     "argv", "pid"})
         if host.get("node_id") is None and self.pin and NODE_ID_LABEL in self.pin:
             # never launched (e.g. its node died before the actor ran): where it was placed,
             # so a lost node is named and a retry keeps away from it

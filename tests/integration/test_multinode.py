@@ -12,12 +12,12 @@ from ray.cluster_utils import Cluster
 
 from orchestrator.commands.cli import main
 from orchestrator.results.ledger import Ledger
-from tests.conftest import minimal_spec
+from tests.conftest import TEST_RAY, minimal_spec
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0, **TEST_RAY})
     workers = [c.add_node(num_cpus=1, num_gpus=2) for _ in range(2)]
     c.wait_for_nodes()
     yield c, workers
@@ -55,7 +55,7 @@ def test_a_lost_nodes_trial_is_retried_on_another_node_and_the_sweep_goes_on(tmp
     import threading
     import time
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0, **TEST_RAY})
     workers = {}
     for _ in range(2):
         n = c.add_node(num_cpus=1, num_gpus=1)

@@ -20,7 +20,7 @@ from ray.cluster_utils import Cluster
 
 from orchestrator.commands.cli import main
 from orchestrator.results.ledger import Ledger
-from tests.conftest import ROOT, minimal_spec
+from tests.conftest import ROOT, TEST_RAY, minimal_spec
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +47,7 @@ def _wait_for(pred: Any, timeout: float) -> bool:
 
 
 def test_hold_trials_survive_a_lost_node_and_a_killed_driver(tmp_path, monkeypatch):
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0, **TEST_RAY})
     workers = {n.node_id: n for n in (c.add_node(num_cpus=1, num_gpus=4) for _ in range(3))}
     c.wait_for_nodes()
     home = tmp_path / "state"

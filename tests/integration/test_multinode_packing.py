@@ -18,12 +18,12 @@ from ray.cluster_utils import Cluster
 
 from orchestrator.commands.cli import main
 from orchestrator.results.ledger import Ledger
-from tests.conftest import minimal_spec
+from tests.conftest import TEST_RAY, minimal_spec
 
 
 @pytest.fixture(scope="module")
 def gpu_cluster():
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0, **TEST_RAY})
     big = c.add_node(num_cpus=1, num_gpus=8, labels={"ray.io/accelerator-type": "H100"})
     small = c.add_node(num_cpus=1, num_gpus=4, resources={"accelerator_type:A100": 1})
     c.wait_for_nodes()
