@@ -116,13 +116,15 @@ def cluster(tmp_path_factory):
                            "--include-dashboard", "false", "--dashboard-port", str(ports[0]),
                            "--ray-client-server-port", str(ports[1]), "--temp-dir", ray_tmp,
                            *head_ports],
-                          _env(homes["head"], RAY_AUTH_MODE="token"), base / "head.log")
+                          _env(homes["head"], RAY_AUTH_MODE="token", RAY_worker_niceness="0"),
+                          base / "head.log")
         stack.callback(_stop, head)
         address = f"127.0.0.1:{port}"
         worker = _ray_start(["--address", address, "--num-gpus", "1", "--temp-dir", ray_tmp,
                              *worker_ports],
                             _env(homes["worker"], RAY_AUTH_MODE="token",
-                                 RAY_AUTH_TOKEN_PATH=str(copy)), base / "worker.log")
+                                 RAY_AUTH_TOKEN_PATH=str(copy), RAY_worker_niceness="0"),
+                            base / "worker.log")
         stack.callback(_stop, worker)
         yield {"address": address, "token": copy, "driver_home": homes["driver"],
                "base": base}
@@ -155,6 +157,7 @@ def test_the_readme_recipe_runs_a_sweep_on_the_cluster(cluster, tmp_path):
     results = list(ledger.results().values())
     assert [r.status.value for r in results] == ["ok"], [r.message for r in results]
     assert len(results[0].host["gpu_ids"]) == 1  # on the worker, the only node with a GPU
+    assert results[0].host["nice"] == 0  # the recipe's RAY_worker_niceness=0 reached the engine
     assert ledger.open_groups() == []
 
 
