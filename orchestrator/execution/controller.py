@@ -83,8 +83,8 @@ def connect_ray(spec: SweepSpec) -> None:
 #: Ray starts its workers at nice 15 (``worker_niceness``), and every process they start
 #: inherits it: the engine server, the load generator and its shards. Beside one busy
 #: loop at nice 0 a nice-15 process gets about 3% of a core (weights 36 against 1,024), so
-#: on a busy host the measured engine and client starve (a shard's start went from 0.3 s
-#: to 9-13 s beside two ``yes`` loops: benchmarks/measured/suite-under-load-20261206b).
+#: on a busy host the measured engine and client starve (a spawn from an actor beside two
+#: ``yes`` loops: 14.5 s at 15, 0.42 s at 0; benchmarks/ray_worker_niceness.py).
 #: A local Ray started here runs them at the host's default priority; a cluster's nodes
 #: need ``RAY_worker_niceness=0`` at ``ray start`` (docs/troubleshooting.md); each trial records
 #: the niceness its engine ran at (``host["nice"]``).
