@@ -157,7 +157,9 @@ def test_the_readme_recipe_runs_a_sweep_on_the_cluster(cluster, tmp_path):
     results = list(ledger.results().values())
     assert [r.status.value for r in results] == ["ok"], [r.message for r in results]
     assert len(results[0].host["gpu_ids"]) == 1  # on the worker, the only node with a GPU
-    assert results[0].host["nice"] == 0  # the recipe's RAY_worker_niceness=0 reached the engine
+    # the recipe's RAY_worker_niceness=0 reached the engine: no more than the nodes' own
+    # niceness (this test's, 0 in CI), without Ray's 15
+    assert results[0].host["nice"] == os.nice(0)
     assert ledger.open_groups() == []
 
 
