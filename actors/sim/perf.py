@@ -4,7 +4,8 @@ Step time is a roofline (GEMM and attention FLOPs against weight and KV bytes
 moved, each with an efficiency factor per profile) plus a TP all-reduce per
 layer (a bandwidth term and a small-message latency floor), plus the
 per-iteration launch cost, part of which hides behind the GPU's work (launches
-are asynchronous: ``launch_overlap``): full CUDA graphs for decode-only batches
+are asynchronous: ``launch_overlap``; with the engine's asynchronous scheduling, its
+scheduling work hides the same way): full CUDA graphs for decode-only batches
 up to the graph max batch size (padded to a captured size), piecewise graphs
 for other steps where the engine captures them (vLLM), eager launches
 otherwise; plus CPU time per iteration and per sequence; and no shorter than the API
@@ -210,11 +211,18 @@ class StepModel:
                  + b.seqs * self._state_per_seq)
         gpu = max(gemm + attn, moved / self._bw) + self.allreduce(tokens)
         launch = self.shape.layers * self.launch_us_per_layer(b) * 1e-6
-        # kernels launch asynchronously: the CPU issues the next while the GPU runs this one,
-        # so the shorter of (GPU time, launch time) hides behind the longer, in part
-        hidden = self.profile.launch_overlap * min(gpu, launch)
-        cpu = self.sched(b.seqs)
-        return gpu + launch - hidden + cpu
+        return self._overlapped(gpu, launch, self.sched(b.seqs))
+
+    def _overlapped(self, gpu: float, launch: float, cpu: float) -> float:
+        """A step's time from its GPU, launch and other CPU seconds: kernels launch
+        asynchronously (the CPU issues the next while the GPU runs this one), so the shorter
+        of (GPU time, host time) hides behind the longer, in part (``launch_overlap``); the
+        host time is the launches, plus the scheduling work under asynchronous scheduling
+        (else that work runs between steps and adds)."""
+        p = self.profile
+        host = launch + cpu if p.async_scheduling else launch
+        rest = 0.0 if p.async_scheduling else cpu
+        return gpu + host - p.launch_overlap * min(gpu, host) + rest
 
     def frontend(self, streams: int) -> float:
         """Seconds the API server needs to stream one token to each of ``streams`` clients:
@@ -244,13 +252,12 @@ class StepModel:
         kv, bw = self._kv_per_token, self._bw
         ar = self.allreduce(tokens)
         launch = self.shape.layers * self.launch_us_per_layer(first) * 1e-6
-        overlap = self.profile.launch_overlap
         sched = self.sched(batch)
         front = self.frontend(batch)
         out = []
         for i in range(count):
             c = ctx + i * batch
             gpu = max(gemm + attn_c * c, (base + c * kv) / bw) + ar
-            out.append(max(gpu + launch - overlap * min(gpu, launch) + sched, front))
+            out.append(max(self._overlapped(gpu, launch, sched), front))
         return out
 

@@ -49,6 +49,13 @@ class EngineProfile(BaseModel):
     #: reuse the KV of cached prompt blocks (vLLM V1's automatic prefix caching, on by
     #: default; TensorRT-LLM's KV cache block reuse, on by default in its LLM API)
     prefix_caching: bool = True
+    #: the scheduler prepares the next step while the GPU runs this one, so a step's CPU
+    #: work (scheduling and input preparation per running sequence, ``sched_us_per_seq`` and
+    #: ``step_us``) overlaps the GPU's as launches do (``launch_overlap``) instead of adding
+    #: to it; False: it runs between steps. vLLM 0.26 enables it by default (its startup
+    #: log: "Asynchronous scheduling is enabled."; ../shared/fixtures/); TensorRT-LLM's
+    #: overlap scheduler is not modelled (no measurement of it here)
+    async_scheduling: bool = False
     # -- fitted (FITTED): what a kernel reaches of a physical peak, what software costs -----
     gemm_eff: float = Field(gt=0, le=1)  # of the dense FLOP/s peak, GEMMs and attention
     mem_eff: float = Field(gt=0, le=1)  # of the HBM bandwidth, weights and KV streamed
@@ -121,7 +128,12 @@ class EngineProfile(BaseModel):
 # on H200s, 8B shapes, prompts of 128-4096 tokens, c = 1-256; benchmarks/README.md), but for
 # the front end's streaming costs (frontend_tok_us, frontend_stream_us), fitted on 2026-12-04
 # with every other factor held: 155 levels, 8B, 3B- and 1B-like shapes (c = 256: 46% -> 22%
-# mean error; benchmarks/measured/h200-cliff-20261204). The
+# mean error; benchmarks/measured/h200-cliff-20261204), and for the four host-side factors
+# of the step (graph_us_per_layer, sched_us_per_seq, step_us, launch_overlap), refitted on
+# 2026-12-07 with every other factor held when asynchronous scheduling entered the model:
+# 194 levels, 8B, 3B- and 1B-like shapes, H200s and an H100 (in-sample 17.6% -> 16.3% mean
+# throughput and ITL error; profiled on the point's node 11.1% -> 9.0% mean throughput
+# error; benchmarks/measured/crossval-20261207). The
 # TensorRT-LLM profile has no measurement to fit: its GEMM efficiency and overheads are
 # chosen so that it leads at low-to-mid concurrency (leaner launches, better bandwidth use)
 # and vLLM at high concurrency, the crossover the seed article measured on 4xH100; its newer
@@ -133,9 +145,10 @@ PROFILES: dict[str, EngineProfile] = {
     "vllm": EngineProfile(
         name="vllm", admission="preempt_recompute", block_size=16, chunked_prefill=True,
         default_max_num_seqs=256, default_max_num_tokens=8192, default_graph_max_batch=512,
-        piecewise_graphs=True, gemm_eff=0.58, mem_eff=0.79, eager_us_per_layer=440,
-        graph_us_per_layer=79, piecewise_us_per_layer=41, sched_us_per_seq=7.3, step_us=110,
-        launch_overlap=0.69, fp8_weight_eff=0.75, fp8_gemm_eff=0.78, fp8_kv_eff=0.62,
+        piecewise_graphs=True, async_scheduling=True, gemm_eff=0.58, mem_eff=0.79,
+        eager_us_per_layer=440, graph_us_per_layer=29.1, piecewise_us_per_layer=41,
+        sched_us_per_seq=12.1, step_us=1015, launch_overlap=0.49, fp8_weight_eff=0.75,
+        fp8_gemm_eff=0.78, fp8_kv_eff=0.62,
         allreduce_us=0.8, eager_tp_us_per_layer=0.0, admit_us_per_running=270,
         frontend_us=10800, frontend_tok_us=7.6, frontend_stream_us=0.16,
         activation_reserve_gib=0.8, graph_pool_gib=0.4),
@@ -169,7 +182,7 @@ FITTED: frozenset[str] = frozenset(FITTABLE)
 ENGINE_FIXED: frozenset[str] = frozenset({
     "name", "admission", "block_size", "chunked_prefill", "default_max_num_seqs",
     "default_max_num_tokens", "default_graph_max_batch", "piecewise_graphs", "prefix_caching",
-    "activation_reserve_gib",
+    "async_scheduling", "activation_reserve_gib",
     "graph_pool_gib"})
 #: Physical constants the model reads (hardware catalog fields, bytes per element, the
 #: model's shape): never fitted, never overridden by a profile.

@@ -136,3 +136,26 @@ def test_host_scale_multiplies_every_host_cost_and_leaves_the_gpu_alone():
                "frontend_stream_us": 0.0}
     assert model(overrides={**no_host, "host_scale": 3.0}).step_time(MIXED) == \
         model(overrides=no_host).step_time(MIXED)
+
+
+def test_async_scheduling_hides_the_schedulers_work_under_the_gpu_as_launches_hide():
+    """vLLM 0.26 prepares the next step while the GPU runs this one ("Asynchronous
+    scheduling is enabled."): the scheduling work per running sequence overlaps the GPU's as
+    the launches do, so a host-bound step (many sequences, little to read) lasts about its
+    host time whatever the context, while run between steps the same work adds to it."""
+    costs = {"launch_overlap": 1.0, "sched_us_per_seq": 40.0, "step_us": 100.0,
+             "frontend_tok_us": 0.0, "frontend_stream_us": 0.0}
+    prof = get_profile("vllm", costs)
+    on = StepModel(LLAMA8, H200, prof.model_copy(update={"async_scheduling": True}), SimConfig())
+    off = StepModel(LLAMA8, H200, prof.model_copy(update={"async_scheduling": False}),
+                    SimConfig())
+    short, longer = (BatchShape(decode_seqs=256, decode_ctx=256 * ctx) for ctx in (16, 64))
+    host = on.sched(256) + LLAMA8.layers * on.launch_us_per_layer(short) * 1e-6
+    assert on.step_time(short) == pytest.approx(host)  # the GPU's work all hidden
+    assert on.step_time(longer) == pytest.approx(host)  # more to read, still hidden
+    assert off.step_time(short) > on.step_time(short)  # between steps: it adds
+    assert off.step_time(longer) > off.step_time(short)  # and the context shows through
+    # the decode fast path agrees with the step model, both ways
+    for m in (on, off):
+        steps = m.decode_steps(256, 256 * 16, 4)
+        assert steps[0] == pytest.approx(m.step_time(short))
