@@ -243,7 +243,7 @@ class SweepController:
             if self._retryable(trial.result):
                 self._retry(trial)
             else:
-                self._record(trial.result, trial.dir)
+                self._record(trial.result, trial.dir, trial.planned)
 
     def _reap_attempt(self, trial: TrialExecution) -> None:
         """A failed attempt's engine may have outlived its host (a timeout kills the actor):
@@ -387,7 +387,10 @@ class SweepController:
             self.ledger.append(Started(**data))
         self.progress.event(kind, data)
 
-    def _record(self, result: TrialResult, trial_dir: Path | None) -> None:
+    def _record(self, result: TrialResult, trial_dir: Path | None,
+                planned: PlannedTrial | None = None) -> None:
+        """Keep a final result: ledger first, then its files, the searcher's ``tell`` (with
+        the trial it asked for: a guided repeat is not in the plan) and MLflow."""
         q = self.spec.quality
         if q is not None and self.reference_key is not None \
                 and result.status is not TrialStatus.INFEASIBLE:
@@ -401,7 +404,7 @@ class SweepController:
             write_trial_files(result, trial_dir)
             self._search_params(result.key)  # after the host set earlier attempts aside
         if result.status != TrialStatus.INFEASIBLE:
-            planned = next(p for p in self.planned if p.config.key() == result.key)
+            planned = planned or next(p for p in self.planned if p.config.key() == result.key)
             self.searcher.tell(planned, result)
             self.progress.trial_finished(result)
         if self.outbox is not None:  # returns at once; MLflow is written off this loop

@@ -85,6 +85,24 @@ def test_guided_search_runs_on_the_sim_and_says_why_it_stopped(tmp_path, monkeyp
             "a tie within noise"), params
 
 
+def test_guided_repeats_its_best_and_the_sweep_records_the_repeat(tmp_path, monkeypatch):
+    """A repeat is a trial the searcher makes (the same config, the next ``repeat``), not
+    one of the plan: the driver records and tells it like any other (it crashed doing so,
+    in ``search-guided.yaml``, once the model's ranking led guided there within budget)."""
+    monkeypatch.setenv("SERVESWEEP_HOME", str(tmp_path))
+    path = _spec(tmp_path, {"sampler": "guided", "budget": {"trials": 8}})
+    assert main(["run", str(path), "--quiet", "--no-mlflow"]) == 0
+    ledger = Ledger.open("latest")
+    results = [r for r in ledger.results().values() if r.status.value == "ok"]
+    repeats = [r for r in results if r.config.repeat > 0]
+    assert repeats, [r.config.label() for r in results]
+    for r in repeats:
+        assert any(o.config.identity() == r.config.identity() and o.config.repeat == 0
+                   for o in results)  # a repeat of a config measured before
+        params = json.loads((ledger.dir / "trials" / r.key / "search.json").read_text())
+        assert params["guided.why"].split(": ")[1] in ("repeat the best", "a tie within noise")
+
+
 def test_a_study_half_done_when_its_driver_is_killed_resumes_without_repeats(tmp_path):
     path = _spec(tmp_path, {"sampler": "tpe", "budget": 4})
     env = dict(os.environ, SERVESWEEP_HOME=str(tmp_path))
