@@ -251,7 +251,8 @@ def _one_truth(t: Truth, samplers: list[str], seeds: int) -> dict[str, Any]:
             else:
                 searcher = StudySearcher(planned, {}, s_spec, None, f"b{seed}", shape)
             seq, reached = _run(searcher, truth, good, n, t.noise, seed, to_stop=guided)
-            run: dict[str, Any] = {"seed": seed, "trials": len(seq), "reached": reached,
+            run: dict[str, Any] = {"seed": seed, "trials": len(seq), "distinct": len(set(seq)),
+                                   "reached": reached,
                                    "stop": searcher.stop_reason,
                                    "s": round(time.time() - ts, 1)}
             if guided:
@@ -262,7 +263,8 @@ def _one_truth(t: Truth, samplers: list[str], seeds: int) -> dict[str, Any]:
                 run["converged"] = "converged" in (searcher.stop_reason or "")
                 run["right"] = all(v is not None and v <= WITHIN for v in run["off"].values())
             runs.append(run)
-            print(f"[{t.name}] {sampler} seed {seed}: {len(seq)} trials, reached {reached}"
+            print(f"[{t.name}] {sampler} seed {seed}: {len(seq)} trials ({len(set(seq))} "
+                  f"configs), reached {reached}"
                   + (f", off {run['off']}, stop: {searcher.stop_reason}" if guided else "")
                   + f" ({time.time() - ts:.0f} s)", file=sys.stderr, flush=True)
         rows[sampler] = runs

@@ -132,8 +132,8 @@ class EngineProfile(BaseModel):
 # of the step (graph_us_per_layer, sched_us_per_seq, step_us, launch_overlap), refitted on
 # 2026-12-07 with every other factor held when asynchronous scheduling entered the model:
 # 194 levels, 8B, 3B- and 1B-like shapes, H200s and an H100 (in-sample 17.6% -> 16.3% mean
-# throughput and ITL error; profiled on the point's node 11.1% -> 9.0% mean throughput
-# error; benchmarks/measured/crossval-20261207). The
+# throughput and ITL error, benchmarks/step_form_fit.py; profiled on the point's node
+# 11.1% -> 9.7% mean throughput error, benchmarks/measured/crossval-20261207). The
 # TensorRT-LLM profile has no measurement to fit: its GEMM efficiency and overheads are
 # chosen so that it leads at low-to-mid concurrency (leaner launches, better bandwidth use)
 # and vLLM at high concurrency, the crossover the seed article measured on 4xH100; its newer
