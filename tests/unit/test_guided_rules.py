@@ -140,3 +140,48 @@ def test_a_resumed_search_replays_the_ledger_and_asks_what_it_would_have():
     nxt_whole, nxt_again = whole.ask(), again.ask()
     assert nxt_whole is not None and nxt_again is not None
     assert nxt_whole.config.key() == nxt_again.config.key()
+
+
+def test_configs_that_differ_only_in_limits_that_do_not_bind_are_one_config_there():
+    """At c=1 neither max_num_seqs nor max_num_tokens binds, at c=64 with 512-token prompts
+    max_num_tokens=512 does: guided measures one config of each class per regime (a twin
+    is asked only for another regime), and pools twins' measurements into one best."""
+    data = minimal_spec()
+    data["workload"].update(concurrency=[1, 64], prompt_tokens=512)
+    data["search"] = {"kind": "optuna", "sampler": "guided",
+                      "regimes": {"low": [1], "high": [64]}}
+    data["space"] = [{"engine": "sim", "profile": ["vllm"], "tp": [1, 2],
+                      "max_num_seqs": [64, 256], "max_num_tokens": [512, 8192]}]
+    spec = parse_spec(data)
+    shape = spec_shape(spec)
+    planned = plan_sweep(spec)
+    s = GuidedSearcher(planned, {}, spec, None, "g", shape, refit=refit_profile)
+    by_tp: dict[int, list[PlannedTrial]] = {}
+    for p in planned:
+        by_tp.setdefault(p.config.tp, []).append(p)
+    for ps in by_tp.values():
+        low = {s.twins["low"][p.config.key()] for p in ps}
+        high = {s.twins["high"][p.config.key()]: p.config.max_num_tokens for p in ps}
+        assert len(low) == 1  # c=1: no limit binds
+        assert sorted(high.values()) == [512, 8192]  # c=64: max_num_tokens does, seqs not
+    rng = random.Random(2)
+
+    def measure(p: PlannedTrial) -> TrialResult:
+        r = predicted_result(p.config, spec, shape).model_copy(
+            update={"config": p.config, "key": p.config.key()})
+        return _scaled(r, 1 + rng.uniform(-0.05, 0.05), 1)
+
+    measured: list[PlannedTrial] = []
+    while (p := s.ask()) is not None:
+        regime = s.why[p.config.key()].split(":")[0]
+        if p.config.repeat == 0:  # a new config is never a twin of one measured already
+            assert s.twins[regime][p.config.key()] not in {
+                s.twins[regime][q.config.key()] for q in measured}
+        measured.append(p)
+        s.tell(p, measure(p))
+    assert "converged" in (s.stop_reason or "")
+    for regime in s.regimes:
+        found = s.best(regime)
+        assert found is not None
+        pooled = s.pooled(regime)[found[0]]
+        assert found[2] == len(pooled) >= 2

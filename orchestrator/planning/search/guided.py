@@ -26,17 +26,25 @@
       every unmeasured config's optimistic value ``prediction x (1 + sigma)``: otherwise
       the unmeasured config with the highest;
    c. its lead is not noise: the best is measured twice (a repeat: the same config, the
-      next ``repeat``), and when the runner-up is within the measured noise of it (half
-      the largest spread between one config's repeats: how far one measurement may be from
-      the truth), both are measured ``TIE_REPEATS`` times and the medians decide (a new
-      runner-up is raced the same way). One lucky measurement never wins a regime.
+      next ``repeat``), and while the runner-up is within the noise of it, the one of the
+      two with fewer measurements is measured again, up to ``TIE_REPEATS`` each, and then
+      the medians decide (a new runner-up is raced the same way). The noise: half the
+      largest spread between one config's repeats (how far one measurement may be from the
+      truth) over the square root of the fewer measurements of the two (how far their
+      median may be). One lucky measurement never wins a regime.
    The search stops when every regime is settled, or at the budget.
+6. Twins: configs that differ only in batching limits (``LIMITS``) and that the model
+   predicts to the same numbers at a regime are one config there (a limit above the
+   regime's load binds nothing): once one is measured or in flight, the others are not
+   ranked at that regime (b.), and their measurements pool into one median (c.). The
+   model's structure is trusted here, not its numbers: which limits bind at a load.
 
 Every trial is recorded in the regime studies like any other (``StudySearcher._add``).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 
@@ -60,13 +68,17 @@ Refit = Callable[[list[TrialResult], SweepSpec, ModelShape, str, int, int],
 
 #: settings whose unmeasured values make a prediction less certain
 NOVEL_FIELDS = ("profile", "tp", "weights", "kv_dtype", "cuda_graphs")
+#: batching limits: where the model predicts two configs that differ only in these to the
+#: same numbers at a regime (a limit above the regime's load binds nothing), they are one
+#: config there
+LIMITS = ("max_num_seqs", "max_num_tokens", "graph_max_batch")
 
 
 class GuidedSearcher(StudySearcher):
     #: held-out errors (the most recent configs) that set the band beside the prior error
     WINDOW = 5
     #: measurements of each config tied with a regime's best before the medians decide
-    TIE_REPEATS = 3
+    TIE_REPEATS = 5
 
     def __init__(self, planned: list[PlannedTrial], done: dict[str, TrialResult],
                  spec: SweepSpec, storage: str | None, study_name: str,
@@ -92,6 +104,9 @@ class GuidedSearcher(StudySearcher):
         for p in planned:
             if p.feasible:
                 self.pred[p.config.key()] = self._predict(p)
+        #: regime -> trial key -> its class there: configs that differ only in batching limits
+        #: (``LIMITS``) the model predicts to change nothing at that regime
+        self.twins = {r: {k: self._class_key(k, r) for k in self.pred} for r in self.regimes}
         self.calibrations = 0
         #: regime -> the model's miss on each config measured there, just before it was
         self.heldout: dict[str, list[float]] = {r: [] for r in self.regimes}
@@ -109,6 +124,17 @@ class GuidedSearcher(StudySearcher):
     def _predict(self, p: PlannedTrial) -> dict[str, RegimeScore]:
         levels = predicted_levels(p.config, self.spec, self.shape, self.overrides)
         return score_levels(levels, p.config, self.spec)
+
+    def _class_key(self, key: str, regime: str) -> str:
+        """The config without its batching limits, and its predicted numbers at ``regime``
+        (six significant digits): equal for configs that are one config there."""
+        cfg = self.by_key[key].config.model_copy(update={f: None for f in LIMITS})
+        s = self.pred[key][regime]
+        nums = [s.value, s.violation, *sorted(s.latencies.items())]
+        return cfg.identity() + repr([f"{n:.6g}" if isinstance(n, float) else n for n in nums])
+
+    def twin_class(self, ident: str, regime: str) -> str:
+        return self.twins[regime][self.by_identity[ident].config.key()]
 
     # -- uncertainty and ranking ----------------------------------------------------------------
     def _measured(self) -> list[TrialResult]:
@@ -149,8 +175,12 @@ class GuidedSearcher(StudySearcher):
         return [k for k in self.pred if k not in self._seen]
 
     def ranking(self, regime: str) -> list[tuple[float, str]]:
+        """Unmeasured configs by optimistic value, best first; a config whose twin at
+        ``regime`` is measured or in flight is measured there already."""
+        twins = self.twins[regime]
+        covered = {twins[k] for k in self._seen | set(self._flight) if k in twins}
         out = [(u, k) for k in self._unmeasured()
-               if (u := self.optimistic(k, regime)) is not None]
+               if twins[k] not in covered and (u := self.optimistic(k, regime)) is not None]
         return sorted(out, key=lambda t: (-t[0], t[1]))
 
     # -- measured values: the median of each config's measurements --------------------------------
@@ -176,9 +206,21 @@ class GuidedSearcher(StudySearcher):
             self._cache["noise"] = max(spreads) if spreads else None
         return self._cache["noise"]
 
-    def best(self, regime: str) -> tuple[str, float, int] | None:
-        """(identity, median, measurements) of the regime's best measured config."""
+    def pooled(self, regime: str) -> dict[str, list[float]]:
+        """identity -> the measurements of its twin class at ``regime`` (one entry per class,
+        named by its most measured member): twins are one config there, so their
+        measurements are measurements of one thing."""
         vals = self.measured(regime)
+        members: dict[str, list[str]] = {}
+        for ident in vals:
+            members.setdefault(self.twin_class(ident, regime), []).append(ident)
+        return {max(ms, key=lambda i: (len(vals[i]), i)): [v for i in ms for v in vals[i]]
+                for ms in members.values()}
+
+    def best(self, regime: str) -> tuple[str, float, int] | None:
+        """(identity, median, measurements) of the regime's best measured config (its twin
+        class's measurements pooled)."""
+        vals = self.pooled(regime)
         if not vals:
             return None
         ident = max(vals, key=lambda i: (statistics.median(vals[i]), i))
@@ -209,16 +251,18 @@ class GuidedSearcher(StudySearcher):
         if n < 2:  # c. the lead is not one lucky measurement
             return self._repeat(ident), "repeat the best"
         noise = self.noise() or 0.0
-        vals = self.measured(regime)
-        # the runner-up within the noise's half-width of the best (how far one measurement
-        # may be from the truth) is a tie: the two are measured again, the medians decide
+        vals = self.pooled(regime)
+        # a runner-up within the noise of the best (half its width over the root of the
+        # fewer measurements: how far a median may be from the truth) is a tie: the two are
+        # measured again, up to TIE_REPEATS each, then the medians decide
         runner = max((i for i in vals if i != ident), default=None,
                      key=lambda i: (statistics.median(vals[i]), i))
-        if noise > 0 and runner is not None and \
-                statistics.median(vals[runner]) >= value * (1 - noise / 2):
-            for i in sorted((ident, runner), key=lambda i: (len(vals[i]), i)):
-                if len(vals[i]) < self.TIE_REPEATS:
-                    return self._repeat(i), "a tie within noise"
+        if noise > 0 and runner is not None:
+            fewer = min(n, len(vals[runner]))
+            if statistics.median(vals[runner]) >= value * (1 - noise / 2 / math.sqrt(fewer)):
+                for i in sorted((ident, runner), key=lambda i: (len(vals[i]), i)):
+                    if len(vals[i]) < self.TIE_REPEATS:
+                        return self._repeat(i), "a tie within noise"
         return None, ""
 
     def _propose(self) -> Proposal | None:
