@@ -35,7 +35,8 @@ from orchestrator.results.calibrate import Point, collect_points
 from orchestrator.results.ledger import Ledger
 from orchestrator.spec import SweepSpec, load_spec, parse_spec
 
-__all__ = ["ROOT", "DEFAULT_ROOTS", "Dataset", "discover", "point_label", "config_group"]
+__all__ = ["ROOT", "DEFAULT_ROOTS", "Dataset", "discover", "point_label", "config_group",
+           "sweep_shape"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ROOTS = (ROOT / "tests" / "fixtures" / "h200-sweeps", ROOT / "benchmarks" / "results",
@@ -64,7 +65,7 @@ def _rel(path: Path) -> str:
 MIN_PARAMS = 100_000_000
 
 
-def _sweep_shape(folder: Path, spec: SweepSpec) -> ModelShape | None:
+def sweep_shape(folder: Path, spec: SweepSpec) -> ModelShape | None:
     for cand in (folder / "model-config", folder):
         if (cand / "config.json").is_file():
             return load_shape(path=str(cand))
@@ -87,7 +88,7 @@ def _load_sweep(folder: Path, data: Dataset) -> None:
     if not results:
         data.skipped.append(f"{_rel(folder)}: no trial of a real engine")
         return
-    shape = _sweep_shape(folder, spec)
+    shape = sweep_shape(folder, spec)
     if shape is None:
         data.skipped.append(f"{_rel(folder)}: model shape unknown (add model-config/)")
         return

@@ -120,7 +120,10 @@ class EngineProfile(BaseModel):
     host_scale: float = Field(default=1.0, gt=0)
     # -- engine facts (ENGINE_FIXED): memory the engine keeps -----------------------------
     activation_reserve_gib: float = Field(ge=0)
-    graph_pool_gib: float = Field(ge=0)  # memory CUDA graphs keep when on
+    # memory CUDA graphs take out of the KV pool's budget when on (vLLM 0.26: none; it sizes
+    # the pool as the budget less weights, peak activation and non-torch memory, and its
+    # graphs, 0.04-0.67 GiB in our logs, come on top: benchmarks/kv_pool.py)
+    graph_pool_gib: float = Field(ge=0)
 
 
 # The vLLM profile's fitted factors are `servesweep calibrate`'s in-sample fit (trf, 2026-12-01)
@@ -151,7 +154,7 @@ PROFILES: dict[str, EngineProfile] = {
         fp8_gemm_eff=0.78, fp8_kv_eff=0.62,
         allreduce_us=0.8, eager_tp_us_per_layer=0.0, admit_us_per_running=270,
         frontend_us=10800, frontend_tok_us=7.6, frontend_stream_us=0.16,
-        activation_reserve_gib=0.8, graph_pool_gib=0.4),
+        activation_reserve_gib=0.8, graph_pool_gib=0.0),
     # TensorRT-LLM (PyTorch backend): GUARANTEED_NO_EVICT, 32-token blocks, no chunked
     # prefill by default, graphs up to batch 128 unless configured, leaner C++ runtime.
     "trtllm": EngineProfile(
