@@ -33,11 +33,11 @@
       truth) over the square root of the fewer measurements of the two (how far their
       median may be). One lucky measurement never wins a regime.
    The search stops when every regime is settled, or at the budget.
-6. Twins: configs that differ only in batching limits (``LIMITS``) and that the model
-   predicts to the same numbers at a regime are one config there (a limit above the
-   regime's load binds nothing): once one is measured or in flight, the others are not
-   ranked at that regime (b.), and their measurements pool into one median (c.). The
-   model's structure is trusted here, not its numbers: which limits bind at a load.
+6. Twins: configs that differ only in limits (``LIMITS``: batch sizes, memory share) and
+   that the model predicts to the same numbers at a regime are one config there (a limit
+   above the regime's load binds nothing): once one is measured or in flight, the others
+   are not ranked at that regime (b.), and their measurements pool into one median (c.).
+   The model's structure is trusted here, not its numbers: which limits bind at a load.
 
 Every trial is recorded in the regime studies like any other (``StudySearcher._add``).
 """
@@ -68,10 +68,10 @@ Refit = Callable[[list[TrialResult], SweepSpec, ModelShape, str, int, int],
 
 #: settings whose unmeasured values make a prediction less certain
 NOVEL_FIELDS = ("profile", "tp", "weights", "kv_dtype", "cuda_graphs")
-#: batching limits: where the model predicts two configs that differ only in these to the
-#: same numbers at a regime (a limit above the regime's load binds nothing), they are one
+#: limits: where the model predicts two configs that differ only in these to the same numbers
+#: at a regime (a batch or memory limit above the regime's load binds nothing), they are one
 #: config there
-LIMITS = ("max_num_seqs", "max_num_tokens", "graph_max_batch")
+LIMITS = ("max_num_seqs", "max_num_tokens", "graph_max_batch", "gpu_memory_fraction")
 
 
 class GuidedSearcher(StudySearcher):
