@@ -148,14 +148,16 @@ def test_example_spec_is_runnable_as_written():
 def test_a_short_profile_of_real_vllm_predicts_a_level_it_did_not_measure(tmp_path):
     """``profile-model`` on real vLLM (CPU), issue 30: the eager config measured at c=1 and
     c=32, the fit stored, and the fitted profile predicts c=4, a level the profile never
-    measured (a sweep of its own), closer than the shipped profile does: the truth is the
-    engine, not the sim fitting itself. vLLM's compute is bound to core 0
+    measured (a sweep of its own), closer than the shipped profile does (where that one is
+    off by more than the noise band; else within the band `plan --predict` prints): the
+    truth is the engine, not the sim fitting itself. vLLM's compute is bound to core 0
     (``VLLM_CPU_OMP_THREADS_BIND``) so the client keeps a core: on two cores, unbound, every
     level is ``client_bound`` and the fit may use none. A level the client could not keep
     up with is left out, as the product leaves it out; with none left there is no fit to
     judge, and the command must say so."""
     from actors.contracts.model_profile import read_model_profile
     from actors.contracts.shapes import load_shape
+    from orchestrator.planning.model_error import model_error
     from orchestrator.results.calibrate import NOT_THE_SERVER, collect_points, predict_points
     from orchestrator.spec import load_spec
 
@@ -202,4 +204,10 @@ def test_a_short_profile_of_real_vllm_predicts_a_level_it_did_not_measure(tmp_pa
     measured = held[0].measured["output_tok_s"]
     shipped = predict_points(held, spec, shape, "vllm", {})[0]["output_tok_s"]
     fitted = predict_points(held, spec, shape, "vllm", profile.factors)[0]["output_tok_s"]
-    assert abs(fitted / measured - 1) < abs(shipped / measured - 1)
+    shipped_off, fitted_off = abs(shipped / measured - 1), abs(fitted / measured - 1)
+    if shipped_off > spec.workload.noise_band:  # the shipped profile is off: the fit is closer
+        assert fitted_off < shipped_off
+    else:  # already within the noise (it was 1.2% once): the fit stays inside the band that
+        # `plan --predict` prints for a profiled model
+        band = model_error(shape, profile=profile, gpu="cpu")
+        assert band.profiled and fitted_off <= band.value, (fitted_off, band)
