@@ -104,7 +104,7 @@ class GuidedSearcher(StudySearcher):
         for p in planned:
             if p.feasible:
                 self.pred[p.config.key()] = self._predict(p)
-        #: regime -> trial key -> its class there: configs that differ only in batching limits
+        #: regime -> trial key -> its class there: configs that differ only in limits
         #: (``LIMITS``) the model predicts to change nothing at that regime
         self.twins = {r: {k: self._class_key(k, r) for k in self.pred} for r in self.regimes}
         self.calibrations = 0
@@ -112,6 +112,7 @@ class GuidedSearcher(StudySearcher):
         self.heldout: dict[str, list[float]] = {r: [] for r in self.regimes}
         self.told: list[TrialResult] = []  # measured results, in the order they were told
         self._vals: dict[str, dict[str, list[float]]] = {}  # ``measured``, per regime
+        self._pools: dict[str, dict[str, list[float]]] = {}  # ``pooled``, per regime
         self._cache: dict[str, float | None] = {}
         self._flight: dict[str, PlannedTrial] = {}  # asked, not told yet
         self.why: dict[str, str] = {}  # trial key -> the regime and rule that asked for it
@@ -209,13 +210,15 @@ class GuidedSearcher(StudySearcher):
     def pooled(self, regime: str) -> dict[str, list[float]]:
         """identity -> the measurements of its twin class at ``regime`` (one entry per class,
         named by its most measured member): twins are one config there, so their
-        measurements are measurements of one thing."""
-        vals = self.measured(regime)
-        members: dict[str, list[str]] = {}
-        for ident in vals:
-            members.setdefault(self.twin_class(ident, regime), []).append(ident)
-        return {max(ms, key=lambda i: (len(vals[i]), i)): [v for i in ms for v in vals[i]]
-                for ms in members.values()}
+        measurements are measurements of one thing. Kept until the next result is learned."""
+        if regime not in self._pools:
+            vals = self.measured(regime)
+            members: dict[str, list[str]] = {}
+            for ident in vals:
+                members.setdefault(self.twin_class(ident, regime), []).append(ident)
+            self._pools[regime] = {max(ms, key=lambda i: (len(vals[i]), i)):
+                                   [v for i in ms for v in vals[i]] for ms in members.values()}
+        return self._pools[regime]
 
     def best(self, regime: str) -> tuple[str, float, int] | None:
         """(identity, median, measurements) of the regime's best measured config (its twin
@@ -310,7 +313,7 @@ class GuidedSearcher(StudySearcher):
         before = (self.pred.get(base.config.key())
                   if base is not None and result.config.repeat == 0 else None)
         self.told.append(result)
-        self._vals, self._cache = {}, {}
+        self._vals, self._pools, self._cache = {}, {}, {}
         if before is not None:
             for r, s in trial_scores(result, self.spec).items():
                 if s.feasible and s.value and (pb := before[r].value):
