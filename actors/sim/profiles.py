@@ -109,7 +109,11 @@ class EngineProfile(BaseModel):
     # waited for new requests 40-72% of the time: benchmarks/measured/h200-cliff-20261204).
     # The front end runs beside the engine, so a step's tokens reach the clients no faster
     # than it streams them: a step of n decoding sequences lasts at least
-    # n x (frontend_tok_us + frontend_stream_us x n). 0 and 0: the front end never binds
+    # n x (frontend_tok_us + frontend_stream_us x n). 0 and 0: the front end never binds.
+    # The stacks bound its cost per token at >= 35 us at 128 streams and >= 63 us at 256:
+    # about proportional to the streams open, so the vLLM profile's per-token constant is
+    # near 0 and the per-stream term carries the cost (a fit on the 3B-like and 8B levels
+    # alone, started there, stays there: frontend_tok_us 0.68, frontend_stream_us 0.244)
     frontend_tok_us: float = Field(default=0.0, ge=0)
     frontend_stream_us: float = Field(default=0.0, ge=0)
     # one machine's host speed relative to the one the CPU-side costs above were fitted on:
@@ -131,7 +135,11 @@ class EngineProfile(BaseModel):
 # on H200s, 8B shapes, prompts of 128-4096 tokens, c = 1-256; benchmarks/README.md), but for
 # the front end's streaming costs (frontend_tok_us, frontend_stream_us), fitted on 2026-12-04
 # with every other factor held: 155 levels, 8B, 3B- and 1B-like shapes (c = 256: 46% -> 22%
-# mean error; benchmarks/measured/h200-cliff-20261204), and for the four host-side factors
+# mean error; benchmarks/measured/h200-cliff-20261204), refitted the same way on 2026-12-07
+# from a cost per token proportional to the streams open (209 levels; the fit from 7.6 and
+# 0.16 had let a fit without the 1B-like levels move the cost into the per-token constant,
+# 33 us, which binds at 128 streams where the engine does: benchmarks/measured/
+# crossval-20261207d), and for the four host-side factors
 # of the step (graph_us_per_layer, sched_us_per_seq, step_us, launch_overlap), refitted on
 # 2026-12-07 with every other factor held when asynchronous scheduling entered the model:
 # 194 levels, 8B, 3B- and 1B-like shapes, H200s and an H100 (in-sample 17.6% -> 16.3% mean
@@ -153,7 +161,7 @@ PROFILES: dict[str, EngineProfile] = {
         sched_us_per_seq=12.1, step_us=1015, launch_overlap=0.49, fp8_weight_eff=0.75,
         fp8_gemm_eff=0.78, fp8_kv_eff=0.62,
         allreduce_us=0.8, eager_tp_us_per_layer=0.0, admit_us_per_running=270,
-        frontend_us=10800, frontend_tok_us=7.6, frontend_stream_us=0.16,
+        frontend_us=10800, frontend_tok_us=0.67, frontend_stream_us=0.214,
         activation_reserve_gib=0.8, graph_pool_gib=0.0),
     # TensorRT-LLM (PyTorch backend): GUARANTEED_NO_EVICT, 32-token blocks, no chunked
     # prefill by default, graphs up to batch 128 unless configured, leaner C++ runtime.
