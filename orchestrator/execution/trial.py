@@ -273,7 +273,11 @@ class TrialExecution:
 
     def _after_level(self, measured: LevelResult) -> Any:
         if self.search is not None and self.level_i >= len(self.spec.workload.levels()):
-            probe = self.search.record(measured)  # a capacity probe, kept with the capacity
+            # a capacity probe, kept with the capacity: a sim behind its time scale decides
+            # nothing (its misses are the host's), so it is flagged before it is judged
+            measured = verdicts.flag_sim_pace(measured, self.spec.sim.late_share_max,
+                                              self.spec.sim.lost_share_max)
+            probe = self.search.record(measured)
             self.on_event("probe", {"key": self.key, "probe": probe})
             return self._next_level()
         if measured.level is None:  # the sim's hold mode knows only the in-flight count

@@ -116,7 +116,8 @@ class CapacitySearch:
         band = (toks[-1] - toks[0]) / tok if tok and len(toks) > 1 else None
         unheld = [p for p in self.repeats if not p.held]
         note = self.note
-        unmeasured = [p for p in self.probes if not p.held and "met the SLO" not in p.reason]
+        unmeasured = [p for p in self.probes if not p.held
+                      and any("met the SLO" not in why for why in p.reason.split("; "))]
         if unmeasured:  # a miss the measurement, not the SLO, decided: say so
             note = (note + "; " if note else "") + "missed for the measurement, not the SLO: " \
                 + ", ".join(f"{p.rate:g}/s ({p.reason})" for p in unmeasured[:3])
