@@ -11,7 +11,9 @@
 # most CHUNK_MIB MiB plus MANIFEST.json (versions, parts, sizes, sha256) and SHA256SUMS.
 # Needs: PyPI through pip, a Python 3.12 (uv, pyenv or PATH; or PY312=...), gcc, xz, unzip,
 # and `make` run once (.venv: the Ray and Optuna versions). About 6-8 min on 2 cores.
-# env: CHUNK_MIB (default 50: a call carries at most 64 MiB with the repository, about 11 MiB),
+# env: CHUNK_MIB (default: what a call has room for beside the repository's tracked files,
+#      64 MiB in all, less 4 MiB for growth; `split_payload.py --rechunk` cuts a
+#      built payload again when the repository has outgrown its chunks),
 #      VLLM_VERSION (0.26.0), VLLM_WHEEL (a downloaded vLLM wheel to reuse), PY312,
 #      H200_PAYLOAD_REF (a commit to build servesweep from; default: the working tree),
 #      RAY_VERSION / OPTUNA_VERSION (default: .venv's), WORK (build folder),
@@ -22,11 +24,14 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(git -C "$HERE" rev-parse --show-toplevel)
 WORK=${WORK:-${TMPDIR:-/tmp}/servesweep_payload_build}
 VLLM_VERSION=${VLLM_VERSION:-0.26.0}
-CHUNK_MIB=${CHUNK_MIB:-50}
+REPO_MIB=$(git -C "$ROOT" ls-files -z | (cd "$ROOT" && xargs -0 stat -c %s 2>/dev/null) \
+  | awk '{s += $1} END {print int(s / 1048576) + 1}')
+CHUNK_MIB=${CHUNK_MIB:-$(( 64 - REPO_MIB - 4 ))}
 LM_EVAL_VERSION=${LM_EVAL_VERSION:-0.4.13}
 T0=$(date +%s)
 step() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
 die() { echo "build_payload: $*" >&2; exit 2; }
+[ "$CHUNK_MIB" -ge 8 ] || die "the repository (${REPO_MIB} MiB) leaves a call no room for a payload chunk"
 
 is312() { [ -n "$1" ] && "$1" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; }
 find_py312() {

@@ -9,6 +9,13 @@ already says what the others must be. The node checks both before it unpacks
 
 usage: split_payload.py --archive SITE.tar.xz --site SITE_DIR --out .payload --chunk-mib N
                         [--source TEXT] [--removed PATH]... [--not-carried NAME=WHY]...
+       split_payload.py --rechunk --out .payload --chunk-mib N
+
+``--rechunk`` cuts a built payload again, without building it: a call to the node carries
+the repository's tracked files and one chunk, 64 MiB in all, so chunks cut for a smaller
+repository stop fitting as it grows. It joins the parts, checks them against the manifest
+(each part's sha256 and the archive's), and writes the chunks and both files again, the
+manifest's other fields as they were.
 """
 
 from __future__ import annotations
@@ -61,16 +68,69 @@ def split(archive: Path, out: Path, chunk: int) -> list[dict[str, Any]]:
     return parts
 
 
+def write(out: Path, manifest: dict[str, Any]) -> None:
+    """``MANIFEST.json`` and ``SHA256SUMS`` into every chunk folder the manifest names."""
+    text = json.dumps(manifest, indent=1) + "\n"
+    sums = "".join(f"{p['sha256']}  {p['file']}\n" for p in manifest["parts"])
+    for p in manifest["parts"]:
+        folder = out / str(p["chunk"])
+        (folder / "MANIFEST.json").write_text(text)
+        (folder / "SHA256SUMS").write_text(sums)
+
+
+def rechunk(out: Path, chunk_mib: int) -> dict[str, Any]:
+    """Cut ``out``'s payload again into parts of at most ``chunk_mib`` MiB (see the doc)."""
+    found = sorted(out.glob("c*/MANIFEST.json"))
+    if not found:
+        raise SystemExit(f"no {out}/c*/MANIFEST.json: build a payload first (build_payload.sh)")
+    manifest = json.loads(found[0].read_text())
+    staging = out.with_name(out.name + ".rechunk")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    archive = staging / manifest["archive"]["name"]
+    try:
+        with open(archive, "wb") as joined:
+            for p in manifest["parts"]:
+                part = out / p["chunk"] / p["file"]
+                if not part.is_file() or sha256_file(part) != p["sha256"]:
+                    raise SystemExit(f"{part}: missing, or not the part the manifest names")
+                joined.write(part.read_bytes())
+        if sha256_file(archive) != manifest["archive"]["sha256"]:
+            raise SystemExit("the joined parts differ from the archive the manifest names")
+    except SystemExit:
+        shutil.rmtree(staging)  # the chunks there stay as they were
+        raise
+    chunks = staging / "chunks"
+    new = {**manifest, "chunk_max_bytes": chunk_mib * MIB,
+           "parts": split(archive, chunks, chunk_mib * MIB)}
+    write(chunks, new)
+    for old in out.glob("c*"):
+        shutil.rmtree(old)
+    for folder in chunks.iterdir():
+        folder.rename(out / folder.name)
+    shutil.rmtree(staging)
+    return new
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--archive", required=True, type=Path)
-    ap.add_argument("--site", required=True, type=Path)
+    ap.add_argument("--archive", type=Path)
+    ap.add_argument("--site", type=Path)
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--chunk-mib", required=True, type=int)
+    ap.add_argument("--rechunk", action="store_true",
+                    help="cut --out's built payload again (no --archive, --site)")
     ap.add_argument("--source", default="", help="where servesweep was built from")
     ap.add_argument("--removed", action="append", default=[], help="a path left out")
     ap.add_argument("--not-carried", action="append", default=[], help="NAME=WHY")
     args = ap.parse_args(argv)
+    if args.rechunk:
+        new = rechunk(args.out, args.chunk_mib)
+        print(f"{len(new['parts'])} chunk(s) of at most {args.chunk_mib} MiB in {args.out}: "
+              + ", ".join(str(p["chunk"]) for p in new["parts"]))
+        return
+    if args.archive is None or args.site is None:
+        ap.error("--archive and --site are needed to split a new payload")
     if args.out.exists():
         shutil.rmtree(args.out)
     args.out.mkdir(parents=True)
@@ -92,12 +152,7 @@ def main(argv: list[str] | None = None) -> None:
         "removed": args.removed,
         "not_carried": dict(nc.split("=", 1) for nc in args.not_carried),
     }
-    text = json.dumps(manifest, indent=1) + "\n"
-    sums = "".join(f"{p['sha256']}  {p['file']}\n" for p in parts)
-    for p in parts:
-        folder = args.out / str(p["chunk"])
-        (folder / "MANIFEST.json").write_text(text)
-        (folder / "SHA256SUMS").write_text(sums)
+    write(args.out, manifest)
     total = sum(p["bytes"] for p in parts)
     print(f"{len(parts)} chunk(s) of at most {args.chunk_mib} MiB, {total / MIB:.1f} MiB in all "
           f"(site {manifest['site_bytes'] / MIB:.0f} MiB unpacked, {len(packages)} packages):")

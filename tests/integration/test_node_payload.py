@@ -88,3 +88,28 @@ def test_a_damaged_part_is_refused_naming_the_chunk_to_carry_again(tmp_path):
     assert bad.returncode == 2
     assert "site.tar.xz.part01 is damaged" in bad.stderr and ".payload/c2 again" in bad.stderr
     assert not (node / "site").exists()
+
+
+def test_a_built_payload_cut_again_installs_the_same_site(tmp_path):
+    repo, node = _build(tmp_path), tmp_path / "node"
+    before = json.loads((repo / ".payload" / "c1" / "MANIFEST.json").read_text())
+    subprocess.run([sys.executable, str(H200 / "split_payload.py"), "--rechunk", "--out",
+                    str(repo / ".payload"), "--chunk-mib", "2"], check=True, capture_output=True)
+    assert sorted(p.name for p in (repo / ".payload").iterdir()) == ["c1"]
+    after = json.loads((repo / ".payload" / "c1" / "MANIFEST.json").read_text())
+    assert after["archive"] == before["archive"] and after["packages"] == before["packages"]
+    assert [(p["chunk"], p["bytes"]) for p in after["parts"]] == [
+        ("c1", before["archive"]["bytes"])]
+    assert after["chunk_max_bytes"] == 2 * MIB
+    done = _node(repo, node, "install")
+    assert done.returncode == 0, done.stderr
+    assert (node / "site" / "demo" / "__init__.py").read_text() == "VALUE = 42\n"
+    damaged = _build(tmp_path / "again")
+    part = damaged / ".payload" / "c2" / "site.tar.xz.part01"
+    part.write_bytes(part.read_bytes()[:-1])
+    bad = subprocess.run([sys.executable, str(H200 / "split_payload.py"), "--rechunk", "--out",
+                          str(damaged / ".payload"), "--chunk-mib", "2"], capture_output=True,
+                         text=True)
+    assert bad.returncode != 0 and "site.tar.xz.part01" in bad.stderr
+    assert sorted(p.name for p in (damaged / ".payload").iterdir()) == ["c1", "c2"]
+    assert not (damaged / ".payload.rechunk").exists()
