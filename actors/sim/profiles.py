@@ -116,6 +116,14 @@ class EngineProfile(BaseModel):
     # alone, started there, stays there: frontend_tok_us 0.68, frontend_stream_us 0.244)
     frontend_tok_us: float = Field(default=0.0, ge=0)
     frontend_stream_us: float = Field(default=0.0, ge=0)
+    # where the front end binds, it is behind the engine by its excess each step (its time to
+    # stream the step's tokens less the engine's), and a new request waits behind that
+    # backlog: this many steps' excess before the scheduler sees it. py-spy on an H200 (1B-
+    # like, vLLM 0.26, benchmarks/measured/h200-cliff-20261204): at 256 running the engine
+    # core waited for new requests 40-72% of the time, the requests being in the API server;
+    # measured TTFT p50 there was 1.6-2.6x the model's without it, ITL 10-15% below.
+    # 0: a request waits no longer when the front end binds (the model before 2026-12-07).
+    frontend_backlog_steps: float = Field(default=0.0, ge=0)
     # one machine's host speed relative to the one the CPU-side costs above were fitted on:
     # every HOST_TERMS cost is read times this. A 1B-like model on H200 nodes ran 1.3-2.2x
     # apart at c=1 and by the same factor at c=256 (benchmarks/measured/
@@ -144,7 +152,10 @@ class EngineProfile(BaseModel):
 # 2026-12-07 with every other factor held when asynchronous scheduling entered the model:
 # 194 levels, 8B, 3B- and 1B-like shapes, H200s and an H100 (in-sample 17.6% -> 16.3% mean
 # throughput and ITL error, benchmarks/step_form_fit.py; profiled on the point's node
-# 11.1% -> 9.7% mean throughput error, benchmarks/measured/crossval-20261207). The
+# 11.1% -> 9.7% mean throughput error, benchmarks/measured/crossval-20261207), and for the
+# front end's backlog (frontend_backlog_steps), fitted in-sample on 2026-12-07 with every
+# other factor held (209 levels, from 30: 43.7; the 1B-like TTFT p50 35.0% -> 25.3% mean,
+# throughput and ITL 16.1% -> 16.0%; benchmarks/measured/crossval-20261207e). The
 # TensorRT-LLM profile has no measurement to fit: its GEMM efficiency and overheads are
 # chosen so that it leads at low-to-mid concurrency (leaner launches, better bandwidth use)
 # and vLLM at high concurrency, the crossover the seed article measured on 4xH100; its newer
@@ -162,6 +173,7 @@ PROFILES: dict[str, EngineProfile] = {
         fp8_gemm_eff=0.78, fp8_kv_eff=0.62,
         allreduce_us=0.8, eager_tp_us_per_layer=0.0, admit_us_per_running=270,
         frontend_us=10800, frontend_tok_us=0.67, frontend_stream_us=0.214,
+        frontend_backlog_steps=44,
         activation_reserve_gib=0.8, graph_pool_gib=0.0),
     # TensorRT-LLM (PyTorch backend): GUARANTEED_NO_EVICT, 32-token blocks, no chunked
     # prefill by default, graphs up to batch 128 unless configured, leaner C++ runtime.
@@ -182,7 +194,7 @@ FITTABLE = ("gemm_eff", "mem_eff", "eager_us_per_layer", "graph_us_per_layer",
             "fp8_weight_eff",
             "fp8_gemm_eff", "fp8_kv_eff", "allreduce_us", "eager_tp_us_per_layer",
             "admit_us_per_running", "frontend_us", "frontend_tok_us", "frontend_stream_us",
-            "host_scale")
+            "frontend_backlog_steps", "host_scale")
 #: The CPU-side costs, each read times ``host_scale``: what a faster or slower host changes.
 HOST_TERMS = ("eager_us_per_layer", "graph_us_per_layer", "piecewise_us_per_layer",
               "sched_us_per_seq", "step_us", "eager_tp_us_per_layer", "admit_us_per_running",

@@ -90,6 +90,8 @@ class SimEngine:
         self._admissions = 0
         self._last_visible = 0.0
         self.step_started = 0.0  # sim time the last step began (``now`` is when it ends)
+        # seconds the front end fell behind the engine in the last step (0 unless it binds)
+        self.frontend_lag = 0.0
         self.preemptions_total = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -100,12 +102,13 @@ class SimEngine:
             arrival: float | None = None, prompt_ids: list[int] | None = None) -> Seq:
         """A request arrives at ``arrival`` (default now; a server placing it inside the step
         in progress gives a time within it); the scheduler sees it after the front end's
-        delay (``frontend_us`` + ``admit_us_per_running`` x running sequences), in arrival
-        order. ``prompt_ids`` (the prompt's tokens) let the prefix cache find it."""
+        delay (``frontend_us`` + ``admit_us_per_running`` x running sequences, plus
+        ``frontend_backlog_steps`` x the front end's lag behind the engine in the last step),
+        in arrival order. ``prompt_ids`` (the prompt's tokens) let the prefix cache find it."""
         at = self.now if arrival is None else min(max(arrival, self.step_started), self.now)
         prof = self.profile
         delay = (prof.frontend_us + prof.admit_us_per_running * len(self.running)) \
-            * prof.host_scale * 1e-6
+            * prof.host_scale * 1e-6 + prof.frontend_backlog_steps * self.frontend_lag
         visible = max(at + delay, self._last_visible)
         self._last_visible = visible
         seq = Seq(rid, prompt_len, max_tokens, arrival=at, visible_at=visible, user=user)
@@ -308,6 +311,8 @@ class SimEngine:
             t += d
             durations.append(d)
         k = len(durations)
+        last = BatchShape(decode_seqs=batch, decode_ctx=ctx + (k - 1) * batch)
+        self.frontend_lag = max(0.0, self.model.frontend(batch) - self.model.engine_time(last))
         first_end = self.now + durations[0]
         first_gaps = [first_end - (s.last_token_at if s.last_token_at is not None else first_end)
                       for s in run if s.last_token_at is not None]
@@ -363,7 +368,10 @@ class SimEngine:
             prefill_attn=sum(n * (s.computed + n / 2) for s, n in chunks),
             prefill_outputs=sum(1 for s, n in chunks if s.computed + n >= s.target_len),
         )
-        duration = self.model.step_time(shape)
+        engine = self.model.engine_time(shape)
+        front = self.model.frontend(shape.seqs)
+        duration = max(engine, front)  # ``StepModel.step_time``, its parts kept
+        self.frontend_lag = front - engine if front > engine else 0.0
         if self.jitter:
             duration *= 1.0 + self._rng.uniform(-self.jitter, self.jitter)
         self.now += duration

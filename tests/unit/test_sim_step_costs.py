@@ -1,4 +1,4 @@
-"""The step model's launch regimes, FP8 and TP terms, and the front end's fixed delay."""
+"""The step model's launch regimes, FP8 and TP terms, and the front end's delays."""
 
 from __future__ import annotations
 
@@ -103,12 +103,7 @@ def test_the_shipped_front_end_gives_the_1b_its_fall_at_256_running_and_spares_t
     128 running and 14.7k with 256 (sweep m, 2026-12-04), where the 8B at 2048-token prompts
     kept rising: the shipped profile has the same fall, where the front end binds, and
     leaves the 8B's levels as they were."""
-    from pathlib import Path
-
-    from actors.contracts.shapes import load_shape
-
-    shape = load_shape(path=str(Path(__file__).resolve().parents[1] / "fixtures" / "h200-sweeps"
-                                / "h200-vllm-h-20261203-075439-cfab" / "model-config"))
+    shape = _one_b_shape()
     none = {"frontend_tok_us": 0.0, "frontend_stream_us": 0.0}
 
     def tok_s(shape, c, prompt, out, overrides=None):
@@ -121,6 +116,61 @@ def test_the_shipped_front_end_gives_the_1b_its_fall_at_256_running_and_spares_t
     assert tok_s(shape, 256, 1024, 512, none) > one_b[128]  # without the front end: none
     for c in (128, 256):  # the 8B at 2048-token prompts: engine-bound, untouched
         assert tok_s(LLAMA8, c, 2048, 256) == pytest.approx(tok_s(LLAMA8, c, 2048, 256, none))
+
+
+def _one_b_shape():
+    from pathlib import Path
+
+    from actors.contracts.shapes import load_shape
+
+    return load_shape(path=str(Path(__file__).resolve().parents[1] / "fixtures" / "h200-sweeps"
+                               / "h200-vllm-h-20261203-075439-cfab" / "model-config"))
+
+
+def test_a_new_request_waits_behind_the_front_ends_backlog_only_where_it_binds():
+    """Where the front end outlasts the engine, it falls behind by the difference each step,
+    and a request that arrives then waits ``frontend_backlog_steps`` times that lag before
+    the scheduler sees it (vLLM 0.26 at 256 running: the engine core waited for new
+    requests while they sat in the API server; TTFT p50 1.6-2.6x the model's without it)."""
+    slow = {"frontend_tok_us": 10.0, "frontend_stream_us": 0.5, "frontend_us": 0.0,
+            "admit_us_per_running": 0.0, "frontend_backlog_steps": 10.0}
+    engine, _ = build_engine(LLAMA8, H200, "vllm", SimConfig(), jitter=0.0, overrides=slow)
+    for i in range(256):
+        engine.add(str(i), 16, 4)
+    while any(s.computed < s.prompt_len for s in engine.running + list(engine.waiting)):
+        assert engine.step() is not None
+    out = engine.step()  # 256 decoding: the front end's step
+    assert out is not None and len(out.emitted) == 256
+    m = engine.model
+    decode = out.batch
+    lag = m.frontend(256) - m.engine_time(decode)
+    assert lag > 0 and engine.frontend_lag == pytest.approx(lag)
+    late = engine.add("late", 16, 4)
+    assert late.visible_at - late.arrival == pytest.approx(10.0 * lag)
+    # where the engine sets the step, nobody waits longer
+    quick, _ = build_engine(LLAMA8, H200, "vllm", SimConfig(), jitter=0.0,
+                            overrides={**slow, "frontend_tok_us": 0.0,
+                                       "frontend_stream_us": 0.0})
+    quick.add("a", 16, 4)
+    quick.step()
+    assert quick.frontend_lag == 0.0
+    assert quick.add("b", 16, 4).visible_at == quick.now
+
+
+def test_the_shipped_backlog_lengthens_the_1b_ttft_at_256_and_nothing_below_the_cliff():
+    """The shipped profile's backlog raises the 1B-like shape's TTFT at 256 running (where
+    its front end binds) and leaves the levels where the engine sets the step as they were."""
+    shape = _one_b_shape()
+
+    def level(c, k):
+        engine, _ = build_engine(shape, H200, "vllm", SimConfig(max_num_seqs=256), jitter=0.0,
+                                 overrides={"frontend_backlog_steps": k})
+        return simulate_closed_loop(engine, c, 2 * c, 1024, 512)
+
+    assert get_profile("vllm").frontend_backlog_steps > 0
+    shipped = get_profile("vllm").frontend_backlog_steps
+    assert level(256, shipped).ttft_p50_ms > 1.3 * level(256, 0.0).ttft_p50_ms
+    assert level(32, shipped) == level(32, 0.0)
 
 
 def test_host_scale_multiplies_every_host_cost_and_leaves_the_gpu_alone():
