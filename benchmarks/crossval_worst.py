@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""The worst held-out levels of a cross-validation, beside how well their node repeats itself.
+
+    .venv/bin/python benchmarks/crossval_worst.py \
+        benchmarks/measured/crossval-20261207e/crossval.json          # 1 s
+    .venv/bin/python benchmarks/crossval_worst.py FILE --fold onnode --beyond 0.25
+
+For each level of ``--fold`` (default: profiled on the point's node) whose output tok/s error
+is beyond ``--beyond``, the same node's other measurements of the same engine state:
+
+- **repeats**: the same settings, workload and concurrency measured again on that node (another
+  sweep of the session);
+- **capped twins**: with ``max_num_seqs`` below the concurrency, every level at or above it
+  runs the same number of sequences in the engine (the rest wait), so the model predicts them
+  the same; their measured throughput should be too.
+
+The spread of those (max / min - 1) is what the node itself could not repeat: a model's error
+on that level below the spread cannot be told from noise. Markdown to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+
+from crossval_data import config_group, discover, node_of, point_label  # noqa: E402
+
+from orchestrator.results.calibrate import Point  # noqa: E402
+
+
+def _state(p: Point) -> tuple:
+    """What the engine runs at this level: settings, workload and the sequences it holds."""
+    w = p.spec.workload if p.spec else None
+    cap = p.trial.config.max_num_seqs or 256
+    return (config_group(p), w.prompt_tokens if w else 0, w.output_tokens if w else 0,
+            min(p.concurrency, cap))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("crossval", type=Path)
+    ap.add_argument("--fold", default="onnode")
+    ap.add_argument("--beyond", type=float, default=0.25)
+    a = ap.parse_args()
+    rows = json.loads(a.crossval.read_text())["rows"]
+    data = discover()
+    pts = data.points
+    if len(pts) != len(rows) or any(point_label(p) != r["point"] for p, r in zip(pts, rows)):
+        sys.exit("the data found here is not the data that file was computed on")
+    nodes = [node_of(p, data.sources.get(id(p), "")) for p in pts]
+    same: dict[tuple, list[int]] = {}
+    for i, p in enumerate(pts):
+        same.setdefault((nodes[i], *_state(p)), []).append(i)
+    print(f"| level ({a.fold}) | node | error | same engine state on that node: tok/s | "
+          "spread |")
+    print("|---|---|---|---|---|")
+    worst = sorted((i for i, r in enumerate(rows)
+                    if abs((r.get("err_" + a.fold) or {}).get("output_tok_s") or 0) > a.beyond),
+                   key=lambda i: -abs(rows[i]["err_" + a.fold]["output_tok_s"]))
+    for i in worst:
+        group = same[(nodes[i], *_state(pts[i]))]
+        vals = [pts[j].measured["output_tok_s"] for j in group]
+        spread = max(vals) / min(vals) - 1 if len(vals) > 1 else None
+        seen = ", ".join(f"{pts[j].measured['output_tok_s']:.0f} (c={pts[j].concurrency})"
+                         for j in group)
+        print(f"| {rows[i]['point']} | {nodes[i]} | "
+              f"{rows[i]['err_' + a.fold]['output_tok_s']:+.1%} | {seen} | "
+              f"{'-' if spread is None else f'{spread:.1%}'} |")
+
+
+if __name__ == "__main__":
+    main()
