@@ -48,9 +48,16 @@ def main() -> None:
     a = ap.parse_args()
     rows = json.loads(a.crossval.read_text())["rows"]
     data = discover()
-    pts = data.points
-    if len(pts) != len(rows) or any(point_label(p) != r["point"] for p, r in zip(pts, rows)):
-        sys.exit("the data found here is not the data that file was computed on")
+    # each row's point, by its sweep and label (data measured since then may be here too)
+    by_key: dict[tuple[str, str], list[Point]] = {}
+    for p in data.points:
+        by_key.setdefault((data.sources.get(id(p), ""), point_label(p)), []).append(p)
+    pts = []
+    for r in rows:
+        found = by_key.get((r.get("source", ""), r["point"]))
+        if not found:
+            sys.exit(f"{r['point']} of {r.get('source')} is not in the data found here")
+        pts.append(found.pop(0))
     nodes = [node_of(p, data.sources.get(id(p), "")) for p in pts]
     same: dict[tuple, list[int]] = {}
     for i, p in enumerate(pts):
