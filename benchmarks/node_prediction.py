@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """A new sweep predicted before it joins the data: the committed fit, then its own profile.
 
-    .venv/bin/python benchmarks/node_prediction.py SWEEP_DIR [--crossval FILE]
+    .venv/bin/python benchmarks/node_prediction.py SWEEP_DIR [--crossval FILE] [--set K=V,...]
 
 What `crossval.py`'s "profiled on the point's node" fold does, for one sweep the committed
 cross-validation has not seen: start from that file's leave-one-model-out fit of the sweep's
 model shape (the model never profiled), fit ``host_scale`` alone on the sweep's own c=1 and
 c=32 levels (``calibrate(host=True)``, what ``profile-model`` does), and predict its other
 levels. Prints measured and predicted output tok/s, ITL and TTFT p50 per level, the errors,
-and the precision effects (FP8 weights, FP8 KV against BF16 at the same level).
+and the precision effects (FP8 weights, FP8 KV against BF16 at the same level). ``--set``
+overrides factors of that fit before the profile (e.g. a factor the model had not yet, at 0).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def main() -> None:
     ap.add_argument("--crossval", type=Path, default=None,
                     help="the cross-validation whose lomo fit to start from (default: the "
                          "newest committed one)")
+    ap.add_argument("--set", default="", metavar="K=V,...",
+                    help="override factors of the starting fit")
     a = ap.parse_args()
     cv_path = (a.crossval or _newest_crossval()).resolve()
     cv = json.loads(cv_path.read_text())
@@ -55,8 +58,10 @@ def main() -> None:
         raise SystemExit(f"{cv_path}: no leave-one-model-out fold for {key}")
     profile = [p for p in points if p.concurrency in PROFILE_LEVELS]
     rest = [p for p in points if p.concurrency not in PROFILE_LEVELS]
+    start = dict(lomo["fitted"])
+    start.update({k: float(v) for k, v in (kv.split("=") for kv in a.set.split(",") if kv)})
     fit = calibrate(profile, profile[0].spec, shape, "vllm",  # type: ignore[arg-type]
-                    base=dict(lomo["fitted"]), host=True)
+                    base=start, host=True)
     preds = predict_points(rest, rest[0].spec, shape, "vllm", fit.fitted)  # type: ignore[arg-type]
     print(f"{a.sweep.name}: {key}; start: {cv_path.relative_to(ROOT)} lomo fit; profile on "
           f"{len(profile)} levels (c={', '.join(map(str, PROFILE_LEVELS))}): host_scale "

@@ -105,11 +105,12 @@ def test_every_real_level_reports_the_median_of_its_rounds_not_the_best(h200_hom
     # profiles (`profile-model`) of the 1B-like and 3B-like shapes (3 configs x c=1, c=32),
     # and of 12-05 the 1B-like profile and sweep h on one node (6 levels, then 15), and of
     # 12-06 on one H100 node the 1B-like shape at four request lengths (n twice, o, p, q),
-    # and of 12-07 sweep h again on another H100 node (15)
+    # and of 12-07 sweep h again on another H100 node (15), and the cliff's onset on a third
+    # (r: 2 configs x 7 levels, c = 1-256)
     assert len(levels) == 24 + 15 + 15 + 10 + 10 + 10 + 15 + 15 + 8 + 6 + 6 + 8 + 4 + 4 + 6 + 6 \
-        + 6 + 15 + (2 + 2 + 3 + 2 + 3) + 15
+        + 6 + 15 + (2 + 2 + 3 + 2 + 3) + 15 + 14
     closed = [lv for lv in levels if lv.open_loop is None]
-    assert len(closed) == 150 + 6 + 15 + 12 + 15
+    assert len(closed) == 150 + 6 + 15 + 12 + 15 + 14
     for lv in closed:
         tputs = [rr.output_tok_s for rr in lv.rounds]
         assert len(tputs) == 2 and lv.metrics.output_tok_s == pytest.approx(median(tputs))
