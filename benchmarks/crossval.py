@@ -48,6 +48,7 @@ from crossval_data import (  # noqa: E402
     config_group,
     discover,
     node_of,
+    parse_factors,
     point_label,
 )
 
@@ -328,7 +329,7 @@ def main() -> None:
         sys.exit("no real measurement found")
     t0 = time.monotonic()
     freeze = frozenset(k for k in a.freeze.split(",") if k)
-    base = {k: float(v) for k, v in (kv.split("=") for kv in a.set.split(",") if kv)}
+    base = parse_factors(a.set)
     kinds = frozenset(k for k in a.folds.split(",") if k)
     nodes = [node_of(p, data.sources.get(id(p), "")) for p in data.points]
     result = run(data.points, a.max_evals, a.jobs, a.method, freeze, base,

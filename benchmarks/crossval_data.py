@@ -176,6 +176,11 @@ SAME_NODE = {
 }
 
 
+def parse_factors(text: str) -> dict[str, float]:
+    """``K=V,...`` (a command's ``--set``) as profile factors."""
+    return {k: float(v) for k, v in (kv.split("=") for kv in text.split(",") if kv)}
+
+
 def node_of(p: Point, source: str) -> str:
     """The machine a point was measured on: its boot id where recorded, else SAME_NODE's
     name for its sweep, else its sweep (a sweep runs on one node)."""

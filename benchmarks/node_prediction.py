@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from crossval_data import discover, point_label  # noqa: E402
+from crossval_data import discover, parse_factors, point_label  # noqa: E402
 
 from orchestrator.planning.model_error import shape_key  # noqa: E402
 from orchestrator.results.calibrate import calibrate, predict_points  # noqa: E402
@@ -59,7 +59,7 @@ def main() -> None:
     profile = [p for p in points if p.concurrency in PROFILE_LEVELS]
     rest = [p for p in points if p.concurrency not in PROFILE_LEVELS]
     start = dict(lomo["fitted"])
-    start.update({k: float(v) for k, v in (kv.split("=") for kv in a.set.split(",") if kv)})
+    start.update(parse_factors(a.set))
     fit = calibrate(profile, profile[0].spec, shape, "vllm",  # type: ignore[arg-type]
                     base=start, host=True)
     preds = predict_points(rest, rest[0].spec, shape, "vllm", fit.fitted)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from crossval_data import discover, point_label  # noqa: E402
+from crossval_data import discover, parse_factors, point_label  # noqa: E402
 
 from actors.sim import profiles  # noqa: E402
 from actors.sim.perf import FITTABLE  # noqa: E402
@@ -43,7 +43,7 @@ def main() -> None:
     a = ap.parse_args()
     vllm = profiles.PROFILES["vllm"]
     profiles.PROFILES["vllm"] = vllm.model_copy(update={"async_scheduling": a.form == "async"})
-    base = {k: float(v) for k, v in (kv.split("=") for kv in a.set.split(",") if kv)}
+    base = parse_factors(a.set)
     vary = [k for k in a.vary.split(",") if k]
     data = discover()
     pts = data.points

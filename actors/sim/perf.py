@@ -194,7 +194,12 @@ class StepModel:
         the front end's to stream the step's tokens where that is longer."""
         if b.tokens == 0:
             return 0.0
-        return max(self.engine_time(b), self.frontend(b.seqs))
+        return max(self.step_parts(b))
+
+    def step_parts(self, b: BatchShape) -> tuple[float, float]:
+        """(the engine's seconds, the front end's) for one iteration of a non-empty ``b``:
+        the step lasts the longer; the front end's excess is its lag behind the engine."""
+        return self.engine_time(b), self.frontend(b.seqs)
 
     def engine_time(self, b: BatchShape) -> float:
         """Seconds the engine itself takes for one iteration of a non-empty ``b``."""

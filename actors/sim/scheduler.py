@@ -311,8 +311,9 @@ class SimEngine:
             t += d
             durations.append(d)
         k = len(durations)
-        last = BatchShape(decode_seqs=batch, decode_ctx=ctx + (k - 1) * batch)
-        self.frontend_lag = max(0.0, self.model.frontend(batch) - self.model.engine_time(last))
+        engine, front = self.model.step_parts(
+            BatchShape(decode_seqs=batch, decode_ctx=ctx + (k - 1) * batch))
+        self.frontend_lag = max(0.0, front - engine)
         first_end = self.now + durations[0]
         first_gaps = [first_end - (s.last_token_at if s.last_token_at is not None else first_end)
                       for s in run if s.last_token_at is not None]
@@ -368,10 +369,9 @@ class SimEngine:
             prefill_attn=sum(n * (s.computed + n / 2) for s, n in chunks),
             prefill_outputs=sum(1 for s, n in chunks if s.computed + n >= s.target_len),
         )
-        engine = self.model.engine_time(shape)
-        front = self.model.frontend(shape.seqs)
-        duration = max(engine, front)  # ``StepModel.step_time``, its parts kept
-        self.frontend_lag = front - engine if front > engine else 0.0
+        engine, front = self.model.step_parts(shape)
+        duration = max(engine, front)
+        self.frontend_lag = max(0.0, front - engine)
         if self.jitter:
             duration *= 1.0 + self._rng.uniform(-self.jitter, self.jitter)
         self.now += duration
