@@ -15,7 +15,9 @@ is beyond ``--beyond``, the same node's other measurements of the same engine st
   the same; their measured throughput should be too.
 
 The spread of those (max / min - 1) is what the node itself could not repeat: a model's error
-on that level below the spread cannot be told from noise. Markdown to stdout.
+on that level below the spread cannot be told from noise. Beside them, the level's own rounds
+(each a full pass of its requests; the level's figure is their median) and how far the
+prediction lies beyond the range they span (0 inside it). Markdown to stdout.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 
 from crossval_data import config_group, discover, node_of, point_label  # noqa: E402
 
+from actors.contracts.traffic import LevelKind  # noqa: E402
 from orchestrator.results.calibrate import Point  # noqa: E402
 
 
@@ -38,6 +41,24 @@ def _state(p: Point) -> tuple:
     cap = p.trial.config.max_num_seqs or 256
     return (config_group(p), w.prompt_tokens if w else 0, w.output_tokens if w else 0,
             min(p.concurrency, cap))
+
+
+def round_range(p: Point) -> tuple[float, float] | None:
+    """The lowest and highest output tok/s of the level's rounds (None: fewer than two)."""
+    for lv in p.trial.levels:
+        if lv.identity.kind is LevelKind.CONCURRENCY and lv.concurrency == p.concurrency:
+            vals = [r.output_tok_s for r in lv.rounds if r.output_tok_s]
+            return (min(vals), max(vals)) if len(vals) > 1 else None
+    return None
+
+
+def beyond_range(predicted: float, lo: float, hi: float) -> float:
+    """How far ``predicted`` is outside [lo, hi], relative to the nearer end (0 inside)."""
+    if predicted > hi:
+        return predicted / hi - 1
+    if predicted < lo:
+        return predicted / lo - 1
+    return 0.0
 
 
 def main() -> None:
@@ -63,8 +84,8 @@ def main() -> None:
     for i, p in enumerate(pts):
         same.setdefault((nodes[i], *_state(p)), []).append(i)
     print(f"| level ({a.fold}) | node | error | same engine state on that node: tok/s | "
-          "spread |")
-    print("|---|---|---|---|---|")
+          "spread | its rounds: tok/s | beyond them |")
+    print("|---|---|---|---|---|---|---|")
     worst = sorted((i for i, r in enumerate(rows)
                     if abs((r.get("err_" + a.fold) or {}).get("output_tok_s") or 0) > a.beyond),
                    key=lambda i: -abs(rows[i]["err_" + a.fold]["output_tok_s"]))
@@ -74,9 +95,14 @@ def main() -> None:
         spread = max(vals) / min(vals) - 1 if len(vals) > 1 else None
         seen = ", ".join(f"{pts[j].measured['output_tok_s']:.0f} (c={pts[j].concurrency})"
                          for j in group)
+        rr = round_range(pts[i])
+        rounds = beyond = "-"
+        if rr is not None:
+            rounds = f"{rr[0]:.0f}-{rr[1]:.0f}"
+            beyond = f"{beyond_range(rows[i][a.fold]['output_tok_s'], *rr):+.1%}"
         print(f"| {rows[i]['point']} | {nodes[i]} | "
               f"{rows[i]['err_' + a.fold]['output_tok_s']:+.1%} | {seen} | "
-              f"{'-' if spread is None else f'{spread:.1%}'} |")
+              f"{'-' if spread is None else f'{spread:.1%}'} | {rounds} | {beyond} |")
 
 
 if __name__ == "__main__":

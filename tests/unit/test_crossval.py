@@ -126,3 +126,17 @@ def test_folds_profiled_on_a_node_take_profile_and_scored_points_from_that_node_
         {n for n in names if "2026-12-04 05:05" in n}
     assert cv._folds(pts, 5, "powell", frozenset()) == \
         [j for j in cv._folds(pts, 5, "powell", frozenset(), nodes=nodes) if j[0] != "onnode"]
+
+
+def test_worst_levels_are_set_beside_their_own_rounds():
+    from benchmarks.crossval_worst import beyond_range, round_range
+
+    data = discover(DEFAULT_ROOTS)
+    # sweep r's BF16 level at c=160 ran two rounds, 12929 and 14381 tok/s (its ledger)
+    pt = next(p for p in data.points if "h100-vllm-r-" in data.sources[id(p)]
+              and p.concurrency == 160 and p.trial.config.weights == "bf16")
+    lo, hi = round_range(pt)
+    assert round(lo) == 12929 and round(hi) == 14381 and lo <= pt.measured["output_tok_s"] <= hi
+    assert beyond_range(13000.0, lo, hi) == 0.0
+    assert round(beyond_range(hi * 1.2, lo, hi), 6) == 0.2
+    assert round(beyond_range(lo * 0.9, lo, hi), 6) == -0.1
