@@ -29,6 +29,7 @@ from actors.contracts.config import TrialConfig
 from actors.contracts.results import LevelMetrics, LevelResult, TrialResult
 from actors.contracts.shapes import ModelShape, load_shape
 from actors.contracts.states import TrialStatus
+from actors.engines.vllm import OUTPUT_CHUNK_ENV
 from orchestrator.planning.feasibility import family_of
 from orchestrator.planning.plan import spec_shape
 from orchestrator.results.calibrate import Point, collect_points
@@ -75,6 +76,15 @@ def sweep_shape(folder: Path, spec: SweepSpec) -> ModelShape | None:
     return shape
 
 
+def _with_output_chunk(r: TrialResult, chunk: int) -> TrialResult:
+    """A trial whose space entry set vLLM's output chunk through ``launch.env`` (the sweeps
+    of 2026-12-07 15:53 and 15:57, before the ``output_proc_chunk`` extra existed), as the
+    extra it now is: the performance model reads extras, not a launch's environment."""
+    cfg = r.config.model_copy(update={"extras": {**r.config.extras,
+                                                 "output_proc_chunk": chunk}})
+    return r.model_copy(update={"config": cfg})
+
+
 def _load_sweep(folder: Path, data: Dataset) -> None:
     try:
         spec = load_spec(folder / "spec.yaml")
@@ -88,6 +98,13 @@ def _load_sweep(folder: Path, data: Dataset) -> None:
     if not results:
         data.skipped.append(f"{_rel(folder)}: no trial of a real engine")
         return
+    chunks = {e.launch.env.get(OUTPUT_CHUNK_ENV) for e in spec.space}
+    if chunks != {None}:
+        if len(chunks) > 1:
+            data.skipped.append(f"{_rel(folder)}: {OUTPUT_CHUNK_ENV} set on some space "
+                                "entries only")
+            return
+        results = [_with_output_chunk(r, int(chunks.pop() or 0)) for r in results]
     shape = sweep_shape(folder, spec)
     if shape is None:
         data.skipped.append(f"{_rel(folder)}: model shape unknown (add model-config/)")
@@ -206,6 +223,8 @@ def point_label(p: Point) -> str:
         parts.append(f"seqs={c.max_num_seqs}")
     if c.gpu_memory_fraction != 0.9:
         parts.append(f"mem={c.gpu_memory_fraction}")
+    if "output_proc_chunk" in c.extras:
+        parts.append(f"chunk={c.extras['output_proc_chunk']}")
     if w is not None:
         parts.append(f"{w.prompt_tokens}/{w.output_tokens}")
     return " ".join(parts) + f" c={p.concurrency}"

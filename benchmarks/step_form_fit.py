@@ -7,7 +7,8 @@
 ``--form`` sets the vLLM profile's ``async_scheduling`` (``async``: the scheduler's CPU work
 hides under the GPU's with the launches, vLLM 0.26's default; ``sync``: it adds after
 them, the model before 2026-12-07); ``--set`` the starting values of fitted factors (by
-default the shipped profile's); ``--vary`` the factors the fit moves, every other one held.
+default the shipped profile's); ``--vary`` the factors the fit moves, every other one held;
+``--exclude`` leaves sweeps out.
 Data: what ``benchmarks/crossval.py`` scores (``crossval_data.discover``). Prints the
 in-sample mean |error| of throughput and ITL before and after the fit (``calibrate``'s
 ``error_before`` / ``error_after``) and, after it, each shape's mean and worst error per
@@ -40,13 +41,17 @@ def main() -> None:
     ap.add_argument("--vary", default=HOST_SIDE, help="comma-separated factors the fit moves")
     ap.add_argument("--set", default="", metavar="K=V,...", help="starting values")
     ap.add_argument("--max-evals", type=int, default=60)
+    ap.add_argument("--exclude", default="", metavar="TEXT,...",
+                    help="leave out the sweeps whose path holds any of these (a fit that has "
+                         "not seen them, to predict them after)")
     a = ap.parse_args()
     vllm = profiles.PROFILES["vllm"]
     profiles.PROFILES["vllm"] = vllm.model_copy(update={"async_scheduling": a.form == "async"})
     base = parse_factors(a.set)
     vary = [k for k in a.vary.split(",") if k]
     data = discover()
-    pts = data.points
+    drop = [t for t in a.exclude.split(",") if t]
+    pts = [p for p in data.points if not any(t in data.sources[id(p)] for t in drop)]
     t0 = time.monotonic()
     fit = calibrate(pts, pts[0].spec, pts[0].shape, "vllm",  # type: ignore[arg-type]
                     max_evals=a.max_evals, base=base,

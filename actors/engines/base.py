@@ -269,6 +269,11 @@ class EngineAdapter(abc.ABC):
         """The sim profile that models ``trial``'s server (``sim_profile``), or None."""
         return self.sim_profile
 
+    def model_settings(self, trial: TrialConfig) -> dict[str, int]:
+        """Settings of the performance model (``SimConfig`` fields beyond the trial's own)
+        that ``trial``'s extras set: an engine option the model reads; default none."""
+        return {}
+
     def startup_estimate_s(self, trial: TrialConfig, hw_kind: str) -> float:
         """Seconds to a healthy server for ``trial`` on hardware of ``hw_kind`` (gpu|cpu)."""
         return self.startup_s

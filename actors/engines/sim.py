@@ -45,8 +45,12 @@ __all__ = ["SimAdapter", "SimExtras", "sim_settings"]
 
 
 def sim_settings(trial: TrialConfig) -> SimConfig:
-    """The performance model's view of a trial (every server setting it models)."""
-    return SimConfig(**{k: getattr(trial, k) for k in SimConfig.model_fields})
+    """The performance model's view of a trial (every server setting it models): the
+    trial's own fields, and what its engine's extras set (``model_settings``)."""
+    fields: dict[str, Any] = {k: getattr(trial, k) for k in SimConfig.model_fields
+                              if hasattr(trial, k)}
+    fields.update(get_adapter(trial.engine).model_settings(trial))
+    return SimConfig.model_validate(fields)
 
 _HEADER = re.compile(r"servesweep-sim (?P<version>\S+): profile=(?P<profile>\w+) "
                      r"hardware=(?P<hardware>\S+) model=\S+ tp=(?P<tp>\d+) "

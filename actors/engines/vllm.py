@@ -120,6 +120,10 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+#: the API server's output chunk (``output_proc_chunk``), an environment variable of vLLM
+OUTPUT_CHUNK_ENV = "VLLM_V1_OUTPUT_PROC_CHUNK_SIZE"
+
+
 class VllmExtras(Extras):
     """vLLM's extras (see ``VllmAdapter``); the int options other than ``seed`` are > 0."""
 
@@ -133,9 +137,10 @@ class VllmExtras(Extras):
     kv_cache_memory_bytes: int | None = None
     attention_backend: str | None = None
     cpu_kvcache_space_gib: int | None = None
+    output_proc_chunk: int | None = None
 
     @field_validator("num_gpu_blocks_override", "block_size", "kv_cache_memory_bytes",
-                     "cpu_kvcache_space_gib")
+                     "cpu_kvcache_space_gib", "output_proc_chunk")
     @classmethod
     def _positive(cls, v: int | None) -> int | None:
         if v is not None and v <= 0:
@@ -163,6 +168,13 @@ class VllmAdapter(EngineAdapter):
       ``attention_backend`` (str): the vLLM flags of the same name.
     - ``cpu_kvcache_space_gib`` (int): ``VLLM_CPU_KVCACHE_SPACE`` for vLLM-CPU
       (default 1 on ``hardware: cpu``).
+    - ``output_proc_chunk`` (int): ``VLLM_V1_OUTPUT_PROC_CHUNK_SIZE``, how many of a step's
+      outputs the API server hands to their streams before it yields to its event loop
+      (vLLM's default 128). Above that many running, every step's outputs are split and
+      the API server's cost per token jumps: on an H100, a 1B-like model fell from 24-27k
+      to 14-18k tok/s between 128 and 136 running; at 512 it held 30k at 256
+      (benchmarks/measured/h100-output-chunk-20261207). The performance model reads it.
+      vLLM logs no line that states it, so it is set, not verified, like the environment.
 
     The host proves the server its own by socket ownership (the API server process it
     starts holds the listening socket); where no listener is visible, by the launch's
@@ -262,11 +274,17 @@ class VllmAdapter(EngineAdapter):
                "PYTHONUNBUFFERED": "1"}
         if on_cpu:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(ex.cpu_kvcache_space_gib or DEFAULT_CPU_KV_GIB)
+        if ex.output_proc_chunk is not None:
+            env[OUTPUT_CHUNK_ENV] = str(ex.output_proc_chunk)
         env.update(ctx.launch.env)  # the user's (secrets included): env only, never argv
         return LaunchPlan(argv=argv, env=env, port=ctx.port)
 
     def identity_name(self, ctx: LaunchContext) -> str | None:
         return nonce_alias(ctx)  # a second --served-model-name
+
+    def model_settings(self, trial: TrialConfig) -> dict[str, int]:
+        chunk = VllmExtras.of(trial.extras).output_proc_chunk
+        return {} if chunk is None else {"output_chunk": chunk}
 
     def deployment(self, trial: TrialConfig, ctx: LaunchContext,
                    measured_argv: list[str] | None = None) -> Deployment:

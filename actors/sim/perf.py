@@ -55,6 +55,9 @@ class SimConfig(BaseModel):
     max_num_tokens: int | None = None
     max_model_len: int | None = None
     gpu_memory_fraction: float = 0.9
+    #: the API server's output chunk (an engine option, set through the engine's extras:
+    #: ``EngineAdapter.model_settings``); None: the profile's ``output_chunk``
+    output_chunk: int | None = None
 
 
 def _bytes(precision: str) -> float:
@@ -135,6 +138,7 @@ class StepModel:
     def __init__(self, shape: ModelShape, hw: Hardware, profile: EngineProfile, cfg: SimConfig):
         self.shape, self.hw, self.profile, self.cfg = shape, hw, profile, cfg
         self.graph_max = cfg.graph_max_batch or profile.default_graph_max_batch
+        self.output_chunk = cfg.output_chunk or profile.output_chunk
         self._sizes = graph_sizes(self.graph_max)
         tp = cfg.tp
         embed = shape.vocab * shape.hidden
@@ -231,10 +235,14 @@ class StepModel:
 
     def frontend(self, streams: int) -> float:
         """Seconds the API server needs to stream one token to each of ``streams`` clients:
-        a step ends no sooner (the front end is a stage beside the engine, not after it)."""
+        a step ends no sooner (the front end is a stage beside the engine, not after it).
+        A step of more outputs than the output chunk is handed over in parts, and each of
+        its tokens costs ``frontend_split_tok_us`` more."""
         p = self.profile
-        return streams * (p.frontend_tok_us + p.frontend_stream_us * streams) * p.host_scale \
-            * 1e-6
+        per_token = p.frontend_tok_us + p.frontend_stream_us * streams
+        if self.output_chunk is not None and streams > self.output_chunk:
+            per_token += p.frontend_split_tok_us
+        return streams * per_token * p.host_scale * 1e-6
 
     def sched(self, seqs: int) -> float:
         """Seconds of CPU work in one iteration of ``seqs`` sequences besides launches."""

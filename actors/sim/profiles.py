@@ -116,6 +116,15 @@ class EngineProfile(BaseModel):
     # alone, started there, stays there: frontend_tok_us 0.68, frontend_stream_us 0.244)
     frontend_tok_us: float = Field(default=0.0, ge=0)
     frontend_stream_us: float = Field(default=0.0, ge=0)
+    # and this much more per token in a step of more outputs than ``output_chunk``: vLLM
+    # 0.26's API server hands a step's outputs to their streams in chunks of
+    # VLLM_V1_OUTPUT_PROC_CHUNK_SIZE (128) and yields to its event loop between them
+    # (vllm/v1/engine/async_llm.py, output_handler). On one H100 node, a 1B-like model at
+    # 1024 + 512 tokens: ITL p50 3.4-3.6 ms at 128 running, 6.6 ms at 136, 13-15 ms at 256
+    # (about 50 us a token from 136 up); with the chunk at 512, 3.9 ms at 144 and 5.8 ms at
+    # 256, 30k tok/s where the default gave 16k (benchmarks/measured/
+    # h100-output-chunk-20261207). This, not the streams open, is the cliff above 128.
+    frontend_split_tok_us: float = Field(default=0.0, ge=0)
     # where the front end binds, it is behind the engine by its excess each step (its time to
     # stream the step's tokens less the engine's), and a new request waits behind that
     # backlog: this many steps' excess before the scheduler sees it. py-spy on an H200 (1B-
@@ -136,6 +145,9 @@ class EngineProfile(BaseModel):
     # the pool as the budget less weights, peak activation and non-torch memory, and its
     # graphs, 0.04-0.67 GiB in our logs, come on top: benchmarks/kv_pool.py)
     graph_pool_gib: float = Field(ge=0)
+    # the API server's output chunk (above): outputs of one step it processes before it
+    # yields; None: it never splits a step's outputs (no such limit modelled)
+    output_chunk: int | None = Field(default=None, gt=0)
 
 
 # The vLLM profile's fitted factors are `servesweep calibrate`'s in-sample fit (trf, 2026-12-01)
@@ -155,7 +167,12 @@ class EngineProfile(BaseModel):
 # 11.1% -> 9.7% mean throughput error, benchmarks/measured/crossval-20261207), and for the
 # front end's backlog (frontend_backlog_steps), fitted in-sample on 2026-12-07 with every
 # other factor held (209 levels, from 30: 43.7; the 1B-like TTFT p50 35.0% -> 25.3% mean,
-# throughput and ITL 16.1% -> 16.0%; benchmarks/measured/crossval-20261207e). The
+# throughput and ITL 16.1% -> 16.0%; benchmarks/measured/crossval-20261207e), and the four
+# front-end factors again on 2026-12-07 when the output chunk entered the model (its split
+# cost frontend_split_tok_us with frontend_tok_us, frontend_stream_us and
+# frontend_backlog_steps, every other factor held; 254 levels, in-sample throughput and ITL
+# 17.1% -> 15.4%, the 1B-like throughput 24.6% -> 20.2%: benchmarks/step_form_fit.py,
+# benchmarks/measured/h100-output-chunk-20261207). The
 # TensorRT-LLM profile has no measurement to fit: its GEMM efficiency and overheads are
 # chosen so that it leads at low-to-mid concurrency (leaner launches, better bandwidth use)
 # and vLLM at high concurrency, the crossover the seed article measured on 4xH100; its newer
@@ -172,9 +189,9 @@ PROFILES: dict[str, EngineProfile] = {
         sched_us_per_seq=12.1, step_us=1015, launch_overlap=0.49, fp8_weight_eff=0.75,
         fp8_gemm_eff=0.78, fp8_kv_eff=0.62,
         allreduce_us=0.8, eager_tp_us_per_layer=0.0, admit_us_per_running=270,
-        frontend_us=10800, frontend_tok_us=0.67, frontend_stream_us=0.214,
-        frontend_backlog_steps=44,
-        activation_reserve_gib=0.8, graph_pool_gib=0.0),
+        frontend_us=10800, frontend_tok_us=1.93, frontend_stream_us=0.031,
+        frontend_split_tok_us=46.3, frontend_backlog_steps=63.9,
+        activation_reserve_gib=0.8, graph_pool_gib=0.0, output_chunk=128),
     # TensorRT-LLM (PyTorch backend): GUARANTEED_NO_EVICT, 32-token blocks, no chunked
     # prefill by default, graphs up to batch 128 unless configured, leaner C++ runtime.
     "trtllm": EngineProfile(
@@ -194,11 +211,11 @@ FITTABLE = ("gemm_eff", "mem_eff", "eager_us_per_layer", "graph_us_per_layer",
             "fp8_weight_eff",
             "fp8_gemm_eff", "fp8_kv_eff", "allreduce_us", "eager_tp_us_per_layer",
             "admit_us_per_running", "frontend_us", "frontend_tok_us", "frontend_stream_us",
-            "frontend_backlog_steps", "host_scale")
+            "frontend_split_tok_us", "frontend_backlog_steps", "host_scale")
 #: The CPU-side costs, each read times ``host_scale``: what a faster or slower host changes.
 HOST_TERMS = ("eager_us_per_layer", "graph_us_per_layer", "piecewise_us_per_layer",
               "sched_us_per_seq", "step_us", "eager_tp_us_per_layer", "admit_us_per_running",
-              "frontend_us", "frontend_tok_us", "frontend_stream_us")
+              "frontend_us", "frontend_tok_us", "frontend_stream_us", "frontend_split_tok_us")
 #: The same, as a set: efficiencies and software costs, fitted to measurements.
 FITTED: frozenset[str] = frozenset(FITTABLE)
 #: Profile fields that are engine facts (design, documented defaults): never fitted.
@@ -206,7 +223,7 @@ ENGINE_FIXED: frozenset[str] = frozenset({
     "name", "admission", "block_size", "chunked_prefill", "default_max_num_seqs",
     "default_max_num_tokens", "default_graph_max_batch", "piecewise_graphs", "prefix_caching",
     "async_scheduling", "activation_reserve_gib",
-    "graph_pool_gib"})
+    "graph_pool_gib", "output_chunk"})
 #: Physical constants the model reads (hardware catalog fields, bytes per element, the
 #: model's shape): never fitted, never overridden by a profile.
 PHYSICAL: frozenset[str] = frozenset({

@@ -44,6 +44,7 @@ BOUNDS = {"gemm_eff": (0.05, 1.0), "mem_eff": (0.05, 1.0), "eager_us_per_layer":
           "allreduce_us": (0.0, 500.0), "eager_tp_us_per_layer": (0.0, 5000.0),
           "admit_us_per_running": (0.0, 5000.0), "frontend_us": (0.0, 50000.0),
           "frontend_tok_us": (0.0, 200.0), "frontend_stream_us": (0.0, 5.0),
+          "frontend_split_tok_us": (0.0, 500.0),
           "frontend_backlog_steps": (0.0, 500.0),
           "host_scale": (0.25, 4.0)}
 # TTFT in a closed loop depends on queueing the model only roughly captures: it is shown and
@@ -59,7 +60,8 @@ SCALES = {"gemm_eff": 0.05, "mem_eff": 0.05, "eager_us_per_layer": 20.0,
           "launch_overlap": 0.5, "fp8_weight_eff": 0.05, "fp8_gemm_eff": 0.05,
           "fp8_kv_eff": 0.05, "allreduce_us": 2.0, "eager_tp_us_per_layer": 20.0,
           "admit_us_per_running": 20.0, "frontend_us": 500.0, "frontend_tok_us": 2.0,
-          "frontend_stream_us": 0.05, "frontend_backlog_steps": 5.0, "host_scale": 0.2}
+          "frontend_stream_us": 0.05, "frontend_split_tok_us": 2.0,
+          "frontend_backlog_steps": 5.0, "host_scale": 0.2}
 #: each factor's pull towards where the fit started, per unit of asinh(value / scale): a
 #: factor the points barely constrain stays near its value instead of drifting to a bound
 #: (an e-fold move costs about what a 15% error on one point does). At 0.05 a fit without
@@ -242,7 +244,7 @@ def calibrate(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: 
              "piecewise_us_per_layer": graphs and get_profile(profile).piecewise_graphs}
     front = _frontend_binds(points, spec, shape, profile, start)
     needs |= {"frontend_tok_us": front, "frontend_stream_us": front,
-              "frontend_backlog_steps": front}
+              "frontend_split_tok_us": front, "frontend_backlog_steps": front}
     needs["host_scale"] = host
     if host:
         freeze = freeze | frozenset(HOST_TERMS)

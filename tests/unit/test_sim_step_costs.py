@@ -85,12 +85,13 @@ def test_the_front_end_streams_each_steps_tokens_and_sets_the_step_only_when_it_
     """The API server streams every running sequence's token each step at a cost per token
     that grows with the streams open; it runs beside the engine, so it sets a step only where
     it outlasts the engine's own work (benchmarks/measured/h200-cliff-20261204)."""
-    slow = {"frontend_tok_us": 10.0, "frontend_stream_us": 0.5}
+    slow = {"frontend_tok_us": 10.0, "frontend_stream_us": 0.5, "frontend_split_tok_us": 0.0}
     few = BatchShape(decode_seqs=8, decode_ctx=8 * 600)
     many = BatchShape(decode_seqs=256, decode_ctx=256 * 600)
     for b in (few, many):
-        assert model(overrides={"frontend_tok_us": 0.0, "frontend_stream_us": 0.0}) \
-            .step_time(b) == model().engine_time(b)
+        assert model(overrides={"frontend_tok_us": 0.0, "frontend_stream_us": 0.0,
+                                "frontend_split_tok_us": 0.0}).step_time(b) \
+            == model().engine_time(b)
     assert model(overrides=slow).step_time(few) == model().engine_time(few)  # the engine's
     m = model(overrides=slow)
     assert m.frontend(256) == pytest.approx(256 * (10 + 0.5 * 256) * 1e-6)
@@ -104,7 +105,7 @@ def test_the_shipped_front_end_gives_the_1b_its_fall_at_256_running_and_spares_t
     kept rising: the shipped profile has the same fall, where the front end binds, and
     leaves the 8B's levels as they were."""
     shape = _one_b_shape()
-    none = {"frontend_tok_us": 0.0, "frontend_stream_us": 0.0}
+    none = {"frontend_tok_us": 0.0, "frontend_stream_us": 0.0, "frontend_split_tok_us": 0.0}
 
     def tok_s(shape, c, prompt, out, overrides=None):
         engine, _ = build_engine(shape, H200, "vllm", SimConfig(max_num_seqs=256), jitter=0.0,
@@ -132,7 +133,8 @@ def test_a_new_request_waits_behind_the_front_ends_backlog_only_where_it_binds()
     and a request that arrives then waits ``frontend_backlog_steps`` times that lag before
     the scheduler sees it (vLLM 0.26 at 256 running: the engine core waited for new
     requests while they sat in the API server; TTFT p50 1.6-2.6x the model's without it)."""
-    slow = {"frontend_tok_us": 10.0, "frontend_stream_us": 0.5, "frontend_us": 0.0,
+    slow = {"frontend_tok_us": 10.0, "frontend_stream_us": 0.5, "frontend_split_tok_us": 0.0,
+            "frontend_us": 0.0,
             "admit_us_per_running": 0.0, "frontend_backlog_steps": 10.0}
     engine, _ = build_engine(LLAMA8, H200, "vllm", SimConfig(), jitter=0.0, overrides=slow)
     for i in range(256):
@@ -150,7 +152,8 @@ def test_a_new_request_waits_behind_the_front_ends_backlog_only_where_it_binds()
     # where the engine sets the step, nobody waits longer
     quick, _ = build_engine(LLAMA8, H200, "vllm", SimConfig(), jitter=0.0,
                             overrides={**slow, "frontend_tok_us": 0.0,
-                                       "frontend_stream_us": 0.0})
+                                       "frontend_stream_us": 0.0,
+                                       "frontend_split_tok_us": 0.0})
     quick.add("a", 16, 4)
     quick.step()
     assert quick.frontend_lag == 0.0
@@ -183,7 +186,7 @@ def test_host_scale_multiplies_every_host_cost_and_leaves_the_gpu_alone():
     assert slow.frontend(200) == pytest.approx(2 * model().frontend(200))
     no_host = {"graph_us_per_layer": 0.0, "piecewise_us_per_layer": 0.0,
                "sched_us_per_seq": 0.0, "step_us": 0.0, "frontend_tok_us": 0.0,
-               "frontend_stream_us": 0.0}
+               "frontend_stream_us": 0.0, "frontend_split_tok_us": 0.0}
     assert model(overrides={**no_host, "host_scale": 3.0}).step_time(MIXED) == \
         model(overrides=no_host).step_time(MIXED)
 
@@ -194,7 +197,7 @@ def test_async_scheduling_hides_the_schedulers_work_under_the_gpu_as_launches_hi
     the launches do, so a host-bound step (many sequences, little to read) lasts about its
     host time whatever the context, while run between steps the same work adds to it."""
     costs = {"launch_overlap": 1.0, "sched_us_per_seq": 40.0, "step_us": 100.0,
-             "frontend_tok_us": 0.0, "frontend_stream_us": 0.0}
+             "frontend_tok_us": 0.0, "frontend_stream_us": 0.0, "frontend_split_tok_us": 0.0}
     prof = get_profile("vllm", costs)
     on = StepModel(LLAMA8, H200, prof.model_copy(update={"async_scheduling": True}), SimConfig())
     off = StepModel(LLAMA8, H200, prof.model_copy(update={"async_scheduling": False}),
@@ -209,3 +212,26 @@ def test_async_scheduling_hides_the_schedulers_work_under_the_gpu_as_launches_hi
     for m in (on, off):
         steps = m.decode_steps(256, 256 * 16, 4)
         assert steps[0] == pytest.approx(m.step_time(short))
+
+
+def test_a_step_of_more_outputs_than_the_output_chunk_costs_the_front_end_more_per_token():
+    """vLLM's API server hands a step's outputs over in chunks of 128 and yields between
+    them: a step of 129 outputs or more costs ``frontend_split_tok_us`` more per token. The
+    chunk is an engine fact the trial may set (``output_proc_chunk``, through the adapter's
+    ``model_settings``); at 512 no step of 256 splits (benchmarks/measured/
+    h100-output-chunk-20261207)."""
+    from actors.contracts.config import TrialConfig
+    from actors.engines.sim import sim_settings
+
+    costs = {"frontend_tok_us": 2.0, "frontend_stream_us": 0.0, "frontend_split_tok_us": 40.0}
+    m = model(overrides=costs)
+    assert m.output_chunk == 128
+    assert m.frontend(128) == pytest.approx(128 * 2.0e-6)
+    assert m.frontend(129) == pytest.approx(129 * 42.0e-6)
+    wide = model(overrides=costs, output_chunk=512)
+    assert wide.frontend(256) == pytest.approx(256 * 2.0e-6)
+    trial = TrialConfig(engine="vllm", max_num_seqs=256, extras={"output_proc_chunk": 512})
+    assert sim_settings(trial).output_chunk == 512
+    assert sim_settings(TrialConfig(engine="vllm")).output_chunk is None
+    assert model("trtllm", overrides=costs).frontend(256) == pytest.approx(256 * 2.0e-6)
+

@@ -70,6 +70,20 @@ def test_env_is_offline_without_usage_stats_and_caches_under_the_state_root(tmp_
     assert env["HF_HUB_OFFLINE"] == "1" and env["VLLM_NO_USAGE_STATS"] == "1"
     assert env["VLLM_CACHE_ROOT"] == str((tmp_path / "mlruns" / "cache" / "vllm").resolve())
     assert "VLLM_CPU_KVCACHE_SPACE" not in env
+    assert "VLLM_V1_OUTPUT_PROC_CHUNK_SIZE" not in env  # vLLM's default (128) unless asked
+
+
+def test_output_proc_chunk_sets_vllms_output_chunk_and_the_models(tmp_path):
+    """The API server's output chunk is an environment variable of vLLM's; as an extra it is
+    part of the trial's identity and the performance model reads it."""
+    chunked = trial(extras={"output_proc_chunk": 512})
+    assert vllm.build_launch(chunked, ctx(tmp_path)).env["VLLM_V1_OUTPUT_PROC_CHUNK_SIZE"] \
+        == "512"
+    assert vllm.model_settings(chunked) == {"output_chunk": 512}
+    assert vllm.model_settings(trial()) == {}
+    assert chunked.key() != trial().key()
+    with pytest.raises(ValueError, match="positive"):
+        vllm.build_launch(trial(extras={"output_proc_chunk": 0}), ctx(tmp_path))
 
 
 def test_precision_graph_and_extras_flags(tmp_path):
