@@ -69,11 +69,13 @@ _FATAL_ORDER = ("startup_oom", "port_in_use", "startup_crash")
 
 
 class SimExtras(Extras):
-    """The sim's extras: an injected ``fault`` and step-time ``jitter``."""
+    """The sim's extras: an injected ``fault``, step-time ``jitter``, and the output chunk
+    of the engine it imitates (``output_proc_chunk``, as vLLM's extra)."""
 
     engine: Literal["sim"] = "sim"
     fault: str | None = None
     jitter: float | None = Field(default=None, ge=0, lt=0.5)
+    output_proc_chunk: int | None = Field(default=None, gt=0)
 
     @field_validator("fault")
     @classmethod
@@ -94,7 +96,9 @@ class SimAdapter(EngineAdapter):
     """The performance model behind the OpenAI API; ``profile`` picks vllm or trtllm behaviour.
 
     Extras: ``fault`` (``oom``, ``crash_after:N``, ``stall_after:N``, ``unhealthy``,
-    ``slow_start:S``) and ``jitter`` (relative step-time noise, default 0.005).
+    ``slow_start:S``), ``jitter`` (relative step-time noise, default 0.005) and
+    ``output_proc_chunk`` (outputs of one step the imitated API server hands over before it
+    yields; default the profile's: 128 for vllm, none for trtllm).
     """
 
     name = "sim"
@@ -175,6 +179,10 @@ class SimAdapter(EngineAdapter):
         return dep.model_copy(update={"measured_engine": self.name, "measured_form": False,
                                       "note": note, "removed": removed + dep.removed,
                                       "forms": forms, "drift": []})
+
+    def model_settings(self, trial: TrialConfig) -> dict[str, int]:
+        chunk = SimExtras.of(trial.extras).output_proc_chunk
+        return {} if chunk is None else {"output_chunk": chunk}
 
     def server_config(self, trial: TrialConfig, ctx: LaunchContext) -> SimServerConfig:
         shape = load_shape(ctx.model.preset, ctx.model.path)

@@ -235,3 +235,21 @@ def test_a_step_of_more_outputs_than_the_output_chunk_costs_the_front_end_more_p
     assert sim_settings(TrialConfig(engine="vllm")).output_chunk is None
     assert model("trtllm", overrides=costs).frontend(256) == pytest.approx(256 * 2.0e-6)
 
+
+
+def test_a_sim_trial_sets_the_output_chunk_of_the_engine_it_imitates():
+    from actors.contracts.config import TrialConfig
+    from actors.engines.sim import sim_settings
+
+    trial = TrialConfig(engine="sim", profile="vllm", extras={"output_proc_chunk": 512})
+    assert sim_settings(trial).output_chunk == 512
+    shape = _one_b_shape()
+
+    def tok_s(settings):
+        engine, _ = build_engine(shape, H200, "vllm", settings, jitter=0.0)
+        return simulate_closed_loop(engine, 256, 512, 1024, 512).output_tok_s
+
+    # the shipped profile: at 256 running, a chunk of 512 spares the split's cost
+    wide = sim_settings(trial.model_copy(update={"max_num_seqs": 256}))
+    narrow = sim_settings(TrialConfig(engine="sim", profile="vllm", max_num_seqs=256))
+    assert tok_s(wide) > 1.2 * tok_s(narrow)
