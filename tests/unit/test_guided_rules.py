@@ -185,3 +185,36 @@ def test_configs_that_differ_only_in_limits_that_do_not_bind_are_one_config_ther
         assert found is not None
         pooled = s.pooled(regime)[found[0]]
         assert found[2] == len(pooled) >= 2
+
+
+def test_an_engine_option_the_model_gets_backwards_is_measured_too():
+    """An extra is a setting: a sweep of vLLM's output chunk whose truth is the reverse of
+    the model's (the default chunk 15% faster at c=256, where the model puts 512 ahead) is
+    not settled until a config of each chunk is measured, and the truth's best is found."""
+    data = minimal_spec()
+    data["workload"].update(concurrency=[256])
+    data["search"] = {"kind": "optuna", "sampler": "guided", "regimes": {"high": [256]}}
+    data["space"] = [{"engine": "sim", "profile": ["vllm"], "tp": [1], "max_num_seqs": 256,
+                      "weights": ["bf16", "fp8"], "kv_dtype": ["auto", "fp8"],
+                      "extras": {"output_proc_chunk": [128, 512]}}]
+    spec = parse_spec(data)
+    shape = spec_shape(spec)
+    planned = plan_sweep(spec)
+
+    def measure(p: PlannedTrial) -> TrialResult:
+        own = predicted_result(p.config, spec, shape)
+        if p.config.extras["output_proc_chunk"] == 512:
+            return own
+        wide = p.config.model_copy(update={"extras": {"output_proc_chunk": 512}})
+        faster = _scaled(predicted_result(wide, spec, shape), 1.15, 256)
+        return own.model_copy(update={"levels": faster.levels})
+
+    truth = {p.config.identity(): trial_scores(measure(p), spec)["high"].value
+             for p in planned}
+    best = max(truth, key=lambda k: truth[k] or 0)
+    s = GuidedSearcher(planned, {}, spec, None, "g", shape, refit=refit_profile)
+    asked = _drive(s, measure)
+    assert {p.config.extras["output_proc_chunk"] for p in asked} == {128, 512}
+    assert any("untried setting" in w for w in s.why.values())
+    found = s.best("high")
+    assert found is not None and truth[found[0]] >= 0.97 * truth[best]

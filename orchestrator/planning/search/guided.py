@@ -19,9 +19,10 @@
    search replays the ledger's measurements in order, so it stands where it stopped.
 5. Settled, in order of what a regime asks for (``_needs``):
    a. every setting value some eligible unmeasured config has (eligible: it could meet the
-      SLOs within its sigma) is measured: otherwise the best-ranked config with such a
-      value. A model wrong about a whole setting (eager faster than graphs) is only found
-      out by measuring that setting;
+      SLOs within its sigma; a setting: ``NOVEL_FIELDS`` or an engine extra, such as vLLM's
+      output chunk) is measured: otherwise the best-ranked config with such a value. A
+      model wrong about a whole setting (eager faster than graphs) is only found out by
+      measuring that setting;
    b. the best measured config (meeting the SLOs; the median of its measurements) beats
       every unmeasured config's optimistic value ``prediction x (1 + sigma)``: otherwise
       the unmeasured config with the highest;
@@ -66,7 +67,7 @@ __all__ = ["GuidedSearcher", "NOVEL_FIELDS", "Refit"]
 Refit = Callable[[list[TrialResult], SweepSpec, ModelShape, str, int, int],
                  dict[str, float] | None]
 
-#: settings whose unmeasured values make a prediction less certain
+#: settings whose unmeasured values make a prediction less certain (and every extra's)
 NOVEL_FIELDS = ("profile", "tp", "weights", "kv_dtype", "cuda_graphs")
 #: limits: where the model predicts two configs that differ only in these to the same numbers
 #: at a regime (a batch or memory limit above the regime's load binds nothing), they are one
@@ -156,10 +157,14 @@ class GuidedSearcher(StudySearcher):
         return max(recent)
 
     def _novel(self, p: PlannedTrial) -> list[tuple[str, object]]:
+        """The settings of ``p`` (``NOVEL_FIELDS`` and every extra: an engine option such as
+        vLLM's output chunk) whose value no measured or running config of its engine has."""
         seen = [c for c in [r.config for r in self.told]
                 + [f.config for f in self._flight.values()] if c.engine == p.config.engine]
-        return [(f, getattr(p.config, f)) for f in NOVEL_FIELDS
-                if all(getattr(c, f) != getattr(p.config, f) for c in seen)]
+        fields = [(f, getattr(p.config, f)) for f in NOVEL_FIELDS
+                  if all(getattr(c, f) != getattr(p.config, f) for c in seen)]
+        return fields + [(f"extra.{k}", v) for k, v in sorted(p.config.extras.items())
+                         if all(c.extras.get(k) != v for c in seen)]
 
     def sigma(self, p: PlannedTrial, regime: str) -> float:
         return self.band(regime) * (1 + len(self._novel(p)))
