@@ -140,3 +140,19 @@ def test_worst_levels_are_set_beside_their_own_rounds():
     assert beyond_range(13000.0, lo, hi) == 0.0
     assert round(beyond_range(hi * 1.2, lo, hi), 6) == 0.2
     assert round(beyond_range(lo * 0.9, lo, hi), 6) == -0.1
+
+
+def test_a_sweep_that_set_vllms_output_chunk_in_its_launch_env_is_read_as_the_extra():
+    """Sweeps u and v set VLLM_V1_OUTPUT_PROC_CHUNK_SIZE in ``launch.env`` before the
+    ``output_proc_chunk`` extra existed: their points carry the extra, so the model reads the
+    chunk they ran with; the other sweeps' points carry none."""
+    from actors.engines.sim import sim_settings
+
+    data = discover(DEFAULT_ROOTS)
+    chunked = [p for p in data.points if any(f"h100-vllm-{x}-" in data.sources[id(p)]
+                                             for x in "uv")]
+    assert len(chunked) == 8
+    assert all(sim_settings(p.trial.config).output_chunk == 512 for p in chunked)
+    assert all("chunk=512" in point_label(p) for p in chunked)
+    rest = [p for p in data.points if p not in chunked]
+    assert all("output_proc_chunk" not in p.trial.config.extras for p in rest)
