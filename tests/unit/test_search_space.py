@@ -73,7 +73,8 @@ def test_param_only_for_one_engine_and_only_when_graphs_on():
     ({"params": {"extra.jitter": {"type": "float", "low": 0.1, "high": 0.7, "step": 0.2}}},
      "search.params.extra.jitter.high: 0.7 is refused by engine 'sim'"),
     ({"params": {"extra.chunk_budget": {"type": "int", "low": 1, "high": 4}}},
-     "'chunk_budget' is not an option of engine 'sim' (its options: fault, jitter)"),
+     "'chunk_budget' is not an option of engine 'sim' "
+     "(its options: fault, jitter, output_proc_chunk)"),
 ])
 def test_bad_search_specs_name_the_field_and_the_fix(search, needle):
     with pytest.raises(SpecError) as err:
