@@ -271,8 +271,11 @@ class EngineAdapter(abc.ABC):
 
     def model_settings(self, trial: TrialConfig) -> dict[str, int]:
         """Settings of the performance model (``SimConfig`` fields beyond the trial's own)
-        that ``trial``'s extras set: an engine option the model reads; default none."""
-        return {}
+        that ``trial``'s extras set: an engine option the model reads. Any engine whose
+        typed extras have ``output_proc_chunk`` (its API server's output chunk) sets
+        ``output_chunk``."""
+        chunk = getattr(self.extras(trial), "output_proc_chunk", None)
+        return {} if chunk is None else {"output_chunk": chunk}
 
     def startup_estimate_s(self, trial: TrialConfig, hw_kind: str) -> float:
         """Seconds to a healthy server for ``trial`` on hardware of ``hw_kind`` (gpu|cpu)."""

@@ -180,9 +180,6 @@ class SimAdapter(EngineAdapter):
                                       "note": note, "removed": removed + dep.removed,
                                       "forms": forms, "drift": []})
 
-    def model_settings(self, trial: TrialConfig) -> dict[str, int]:
-        chunk = SimExtras.of(trial.extras).output_proc_chunk
-        return {} if chunk is None else {"output_chunk": chunk}
 
     def server_config(self, trial: TrialConfig, ctx: LaunchContext) -> SimServerConfig:
         shape = load_shape(ctx.model.preset, ctx.model.path)

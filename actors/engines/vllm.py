@@ -282,9 +282,6 @@ class VllmAdapter(EngineAdapter):
     def identity_name(self, ctx: LaunchContext) -> str | None:
         return nonce_alias(ctx)  # a second --served-model-name
 
-    def model_settings(self, trial: TrialConfig) -> dict[str, int]:
-        chunk = VllmExtras.of(trial.extras).output_proc_chunk
-        return {} if chunk is None else {"output_chunk": chunk}
 
     def deployment(self, trial: TrialConfig, ctx: LaunchContext,
                    measured_argv: list[str] | None = None) -> Deployment:
