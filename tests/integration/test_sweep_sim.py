@@ -20,6 +20,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
     home = tmp_path_factory.mktemp("state")
     spec = minimal_spec(name="skeleton")
     spec["workload"]["client_shards"] = 2  # the client split over 2 processes (inside Ray)
+    spec["sim"]["time_scale"] = 1.0  # winners are asserted: real-time steps keep pace when busy
     spec["space"] = [{"engine": "sim", "profile": ["vllm", "trtllm"], "kv_dtype": ["auto"]},
                      {"engine": "sim", "profile": "vllm", "tp": 4}]  # > 2 GPUs: infeasible
     path = home / "spec.yaml"
