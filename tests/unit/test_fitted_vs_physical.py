@@ -46,15 +46,21 @@ def test_calibrate_moves_fitted_factors_only():
     assert {n: p.model_dump() for n, p in PROFILES.items()} == profiles_before
 
 
-def test_a_host_fit_moves_host_scale_and_none_of_the_host_costs():
+def test_a_host_fit_moves_host_scale_and_of_the_host_costs_only_eager_launches_seen_apart():
     from actors.sim.profiles import HOST_TERMS
     data = minimal_spec()
     data["workload"] = {"prompt_tokens": 256, "output_tokens": 64, "concurrency": [1, 8]}
     spec = parse_spec(data)
-    points = collect_points([_measured(True, spec), _measured(False, spec)])["vllm"]
     shape = get_preset("llama-3.1-8b")
-    plain = calibrate(points, spec, shape, "vllm", max_evals=12)
-    assert "host_scale" not in plain.varied  # a general fit keeps the host where it is
-    host = calibrate(points, spec, shape, "vllm", max_evals=12, host=True)
+    graphs = collect_points([_measured(True, spec)])["vllm"]
+    host = calibrate(graphs, spec, shape, "vllm", max_evals=12, host=True)
     assert "host_scale" in host.varied and not set(HOST_TERMS) & set(host.varied)
     assert all(host.fitted[k] == host.start[k] for k in HOST_TERMS)
+    both = collect_points([_measured(True, spec), _measured(False, spec)])["vllm"]
+    plain = calibrate(both, spec, shape, "vllm", max_evals=12)
+    assert "host_scale" not in plain.varied  # a general fit keeps the host where it is
+    host = calibrate(both, spec, shape, "vllm", max_evals=12, host=True)
+    # eager and graphs levels of one machine tell its eager launch cost from its host speed
+    assert set(HOST_TERMS) & set(host.varied) == {"eager_us_per_layer"}
+    assert {"host_scale", "eager_us_per_layer"} <= set(host.varied)
+    assert all(host.fitted[k] == host.start[k] for k in HOST_TERMS if k != "eager_us_per_layer")

@@ -176,3 +176,29 @@ def test_a_host_fit_on_the_profile_levels_finds_a_slower_hosts_speed():
         preds = predict_points(pts, spec, shape, "vllm", fit.fitted)
         errs += [abs(p["output_tok_s"] / v - 1) for p, v in zip(preds, values)]
     assert sum(errs) / len(errs) < 0.15 and max(errs) < 0.25, errs
+
+
+def test_a_machine_whose_eager_launches_alone_are_slow_is_profiled_apart_from_its_host():
+    """Node d of the H200 sweeps: graphs as fast as the other nodes', eager 1.5x slower. One
+    host speed over both would split the difference (graphs too slow, eager too fast); the
+    profile's eager and graphs levels tell the eager launch cost apart."""
+    shipped = {k: float(getattr(get_profile("vllm"), k)) for k in FITTABLE}
+    truth = {"host_scale": 1.2, "eager_us_per_layer": 1.6 * shipped["eager_us_per_layer"]}
+    spec = _spec(cuda_graphs=[True, False])
+    shape = load_shape(None, str(SHAPE_DIR))
+    configs = profile_configs(plan_sweep(spec))
+    assert sorted(c.cuda_graphs for c in configs) == [False, True]
+
+    def points(levels, factors):
+        pts = [Point(TrialResult(key=cfg.key(), config=cfg, status=TrialStatus.OK), c, {},
+                     spec, shape) for cfg in configs for c in levels]
+        return [Point(p.trial, p.concurrency, {"output_tok_s": q["output_tok_s"]}, spec, shape)
+                for p, q in zip(pts, predict_points(pts, spec, shape, "vllm", factors))]
+
+    fit = calibrate(points(PROFILE_LEVELS, truth), spec, shape, "vllm", max_evals=80,
+                    base=shipped, host=True)
+    assert fit.fitted["eager_us_per_layer"] > 1.3 * shipped["eager_us_per_layer"], fit.fitted
+    held = points((8, 128), truth)
+    preds = predict_points(held, spec, shape, "vllm", fit.fitted)
+    errs = [abs(q["output_tok_s"] / p.measured["output_tok_s"] - 1) for p, q in zip(held, preds)]
+    assert max(errs) < 0.05, errs
