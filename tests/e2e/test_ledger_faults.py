@@ -5,6 +5,9 @@ moves it aside and runs that trial again; an edited spec.yaml is refused (exit 2
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -15,18 +18,30 @@ from tests.conftest import minimal_spec
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
-@pytest.fixture
-def sweep(tmp_path, monkeypatch):
-    home = tmp_path / "state"
-    monkeypatch.setenv("SERVESWEEP_HOME", str(home))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One finished sim sweep's state home, run once; each test damages a copy of it."""
+    tmp = tmp_path_factory.mktemp("faults")
+    home = tmp / "state"
     spec = minimal_spec(name="faults")
     spec["workload"] = {"prompt_tokens": 32, "output_tokens": 8, "concurrency": [1, 4],
                         "rounds": 1, "warmup_requests": 0}
     spec["space"] = [{"engine": "sim", "profile": "vllm", "max_num_seqs": [8, 16, 32]}]
-    path = tmp_path / "spec.yaml"
+    path = tmp / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
-    assert main(["run", str(path), "--quiet", "--no-mlflow"]) == 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SERVESWEEP_HOME", str(home))
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        assert main(["run", str(path), "--quiet", "--no-mlflow"]) == 0
+    return home
+
+
+@pytest.fixture
+def sweep(finished, tmp_path, monkeypatch):
+    home = tmp_path / "state"
+    shutil.copytree(finished, home)
+    monkeypatch.setenv("SERVESWEEP_HOME", str(home))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return Ledger.open("latest", root=home)
 
 
