@@ -180,7 +180,6 @@ class SimAdapter(EngineAdapter):
                                       "note": note, "removed": removed + dep.removed,
                                       "forms": forms, "drift": []})
 
-
     def server_config(self, trial: TrialConfig, ctx: LaunchContext) -> SimServerConfig:
         shape = load_shape(ctx.model.preset, ctx.model.path)
         settings = sim_settings(trial)

@@ -282,7 +282,6 @@ class VllmAdapter(EngineAdapter):
     def identity_name(self, ctx: LaunchContext) -> str | None:
         return nonce_alias(ctx)  # a second --served-model-name
 
-
     def deployment(self, trial: TrialConfig, ctx: LaunchContext,
                    measured_argv: list[str] | None = None) -> Deployment:
         """``vllm serve MODEL ...`` as the trial ran it, less the benchmark-only settings,

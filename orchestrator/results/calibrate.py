@@ -250,9 +250,10 @@ def calibrate(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: 
               "frontend_split_tok_us": front, "frontend_backlog_steps": front}
     needs["host_scale"] = host
     if host:
-        freeze = freeze | frozenset(HOST_TERMS)
+        held = set(HOST_TERMS)
         if graphs and needs["eager_us_per_layer"]:  # both kinds of launch measured
-            freeze = freeze - {"eager_us_per_layer"}
+            held.discard("eager_us_per_layer")
+        freeze = freeze | held  # a caller's own freeze still holds
     keys = [k for k in FITTABLE if needs.get(k, True) and k not in freeze]
 
     def unpack(x: list[float]) -> dict[str, float]:

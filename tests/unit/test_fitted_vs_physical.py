@@ -64,3 +64,6 @@ def test_a_host_fit_moves_host_scale_and_of_the_host_costs_only_eager_launches_s
     assert set(HOST_TERMS) & set(host.varied) == {"eager_us_per_layer"}
     assert {"host_scale", "eager_us_per_layer"} <= set(host.varied)
     assert all(host.fitted[k] == host.start[k] for k in HOST_TERMS if k != "eager_us_per_layer")
+    held = calibrate(both, spec, shape, "vllm", max_evals=12, host=True,
+                     freeze=frozenset({"eager_us_per_layer"}))  # the caller's freeze holds
+    assert not set(HOST_TERMS) & set(held.varied)
