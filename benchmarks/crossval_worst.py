@@ -36,11 +36,12 @@ from orchestrator.results.calibrate import Point  # noqa: E402
 
 
 def _state(p: Point) -> tuple:
-    """What the engine runs at this level: settings, workload and the sequences it holds."""
+    """What the engine runs at this level: the model, settings, workload and the sequences
+    it holds (the model too: two shapes with the same settings are not one engine state)."""
     w = p.spec.workload if p.spec else None
     cap = p.trial.config.max_num_seqs or 256
-    return (config_group(p), w.prompt_tokens if w else 0, w.output_tokens if w else 0,
-            min(p.concurrency, cap))
+    return (p.shape, config_group(p), w.prompt_tokens if w else 0,
+            w.output_tokens if w else 0, min(p.concurrency, cap))
 
 
 def round_range(p: Point) -> tuple[float, float] | None:
