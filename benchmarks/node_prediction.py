@@ -44,6 +44,9 @@ def main() -> None:
                          "newest committed one)")
     ap.add_argument("--set", default="", metavar="K=V,...",
                     help="override factors of the starting fit")
+    ap.add_argument("--extra-level", type=int, default=None, metavar="C",
+                    help="add the BF16 / auto-KV config's level at concurrency C to the "
+                         "profile (a level above the output chunk: the front end's speed)")
     a = ap.parse_args()
     cv_path = (a.crossval or _newest_crossval()).resolve()
     cv = json.loads(cv_path.read_text())
@@ -56,16 +59,23 @@ def main() -> None:
     lomo = next((f for f in cv["folds"] if f["kind"] == "lomo" and f["name"] == key), None)
     if lomo is None:
         raise SystemExit(f"{cv_path}: no leave-one-model-out fold for {key}")
-    profile = [p for p in points if p.concurrency in PROFILE_LEVELS]
-    rest = [p for p in points if p.concurrency not in PROFILE_LEVELS]
+    def profiled(p) -> bool:
+        c = p.trial.config
+        return p.concurrency in PROFILE_LEVELS or (
+            p.concurrency == a.extra_level and c.weights == "bf16" and c.kv_dtype == "auto"
+            and c.cuda_graphs and c.max_num_seqs in (None, 256))
+    profile = [p for p in points if profiled(p)]
+    rest = [p for p in points if not profiled(p)]
     start = dict(lomo["fitted"])
     start.update(parse_factors(a.set))
     fit = calibrate(profile, profile[0].spec, shape, "vllm",  # type: ignore[arg-type]
                     base=start, host=True)
     preds = predict_points(rest, rest[0].spec, shape, "vllm", fit.fitted)  # type: ignore[arg-type]
     print(f"{a.sweep.name}: {key}; start: {cv_path.relative_to(ROOT)} lomo fit; profile on "
-          f"{len(profile)} levels (c={', '.join(map(str, PROFILE_LEVELS))}): host_scale "
-          f"{fit.fitted['host_scale']:.3f}\n")
+          f"{len(profile)} levels (c={', '.join(map(str, PROFILE_LEVELS))}"
+          f"{f', BF16 c={a.extra_level}' if a.extra_level else ''}): host_scale "
+          f"{fit.fitted['host_scale']:.3f}, frontend_split_tok_us "
+          f"{fit.fitted['frontend_split_tok_us']:.1f}\n")
     print("| level | measured tok/s | predicted | error | ITL p50 measured / predicted | "
           "TTFT p50 measured / predicted |")
     print("|---|---|---|---|---|---|")

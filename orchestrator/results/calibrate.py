@@ -158,6 +158,20 @@ def _frontend_binds(points: list[Point], spec: SweepSpec, shape: ModelShape, pro
     return False
 
 
+def _front_end_splits(points: list[Point], spec: SweepSpec, shape: ModelShape,
+                      profile: str, start: dict[str, float]) -> bool:
+    """Whether some point runs more sequences than the engine's output chunk: its steps'
+    outputs are handed over in parts, the one cost such a level sees apart from the rest."""
+    for p in points:
+        s = p.spec or spec
+        engine, _ = build_engine(p.shape or shape, get_hardware(s.hardware), profile,
+                                 sim_settings(p.trial.config), jitter=0.0, overrides=start)
+        chunk = engine.model.output_chunk
+        if chunk is not None and min(p.concurrency, engine.max_num_seqs) > chunk:
+            return True
+    return False
+
+
 def _residuals(points: list[Point], preds: list[dict[str, float]]) -> list[float]:
     """sqrt(weight) x log(predicted / measured) per point and weighted metric."""
     return [math.sqrt(WEIGHTS[k]) * math.log(max(pr.get(k, 0.0), 1e-12) / v)
@@ -230,7 +244,9 @@ def calibrate(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: 
     over costs fitted on many points, which two levels cannot pull apart one by one), but
     for eager launches where the points have both eager and graphs configs: those are the
     one host cost the points see apart, and the one that varies most by machine (8B eager
-    ITL at c=1 ran 13.6-21.4 ms on five H200 nodes, its graphs ITL 4.70-4.89 on four)."""
+    ITL at c=1 ran 13.6-21.4 ms on five H200 nodes, its graphs ITL 4.70-4.89 on four), and
+    for the front end's split cost where a point runs more sequences than the engine's
+    output chunk (the API server's speed varies by machine apart from the engine core's)."""
     current_values = {**spec.sim.profiles.get(profile, {}), **(base or {})}
     start = {k: float(getattr(get_profile(profile, current_values or None), k))
              for k in FITTABLE}
@@ -253,6 +269,8 @@ def calibrate(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: 
         held = set(HOST_TERMS)
         if graphs and needs["eager_us_per_layer"]:  # both kinds of launch measured
             held.discard("eager_us_per_layer")
+        if _front_end_splits(points, spec, shape, profile, start):
+            held.discard("frontend_split_tok_us")  # a level above the output chunk
         freeze = freeze | held  # a caller's own freeze still holds
     keys = [k for k in FITTABLE if needs.get(k, True) and k not in freeze]
 
