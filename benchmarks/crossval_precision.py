@@ -21,7 +21,6 @@ ones alone.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -29,10 +28,8 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
 from crossval import _own_key, _where  # noqa: E402
-from crossval_data import discover, node_of, point_label  # noqa: E402
-from crossval_worst import round_range  # noqa: E402
-
-from orchestrator.results.calibrate import Point  # noqa: E402
+from crossval_data import discover, node_of  # noqa: E402
+from crossval_worst import fold_args, round_range, row_points  # noqa: E402
 
 
 def base_key(r: dict) -> str:
@@ -52,22 +49,10 @@ def fmt(x: tuple[float, float] | None) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("crossval", type=Path)
-    ap.add_argument("--fold", default="onnode")
-    ap.add_argument("--beyond", type=float, default=0.05)
-    a = ap.parse_args()
+    a = fold_args(__doc__ or "", beyond=0.05)
     rows = [r for r in json.loads(a.crossval.read_text())["rows"] if a.fold in r]
     data = discover()
-    by_key: dict[tuple[str, str], list[Point]] = {}
-    for p in data.points:
-        by_key.setdefault((data.sources.get(id(p), ""), point_label(p)), []).append(p)
-    point_of: dict[int, Point] = {}
-    for i, r in enumerate(rows):
-        found = by_key.get((r.get("source", ""), r["point"]))
-        if not found:
-            sys.exit(f"{r['point']} of {r.get('source')} is not in the data found here")
-        point_of[i] = found.pop(0)
+    point_of = dict(enumerate(row_points(rows, data)))
     index = {_own_key(r): i for i, r in enumerate(rows)}
     node = {i: node_of(point_of[i], rows[i].get("source", "")) for i in point_of}
     effects = []  # (row, twin, measured effect, predicted effect)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
-from crossval_data import config_group, discover, node_of, point_label  # noqa: E402
+from crossval_data import Dataset, config_group, discover, node_of, point_label  # noqa: E402
 
 from actors.contracts.traffic import LevelKind  # noqa: E402
 from orchestrator.results.calibrate import Point  # noqa: E402
@@ -62,15 +62,18 @@ def beyond_range(predicted: float, lo: float, hi: float) -> float:
     return 0.0
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def fold_args(doc: str, beyond: float) -> argparse.Namespace:
+    """The command line these scripts share: a crossval JSON, a fold, a threshold."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("crossval", type=Path)
     ap.add_argument("--fold", default="onnode")
-    ap.add_argument("--beyond", type=float, default=0.25)
-    a = ap.parse_args()
-    rows = json.loads(a.crossval.read_text())["rows"]
-    data = discover()
-    # each row's point, by its sweep and label (data measured since then may be here too)
+    ap.add_argument("--beyond", type=float, default=beyond)
+    return ap.parse_args()
+
+
+def row_points(rows: list[dict], data: Dataset) -> list[Point]:
+    """Each cross-validation row's measured point, found by its sweep and label (data
+    measured since the file was written may be here too); exits naming a row not found."""
     by_key: dict[tuple[str, str], list[Point]] = {}
     for p in data.points:
         by_key.setdefault((data.sources.get(id(p), ""), point_label(p)), []).append(p)
@@ -80,6 +83,14 @@ def main() -> None:
         if not found:
             sys.exit(f"{r['point']} of {r.get('source')} is not in the data found here")
         pts.append(found.pop(0))
+    return pts
+
+
+def main() -> None:
+    a = fold_args(__doc__ or "", beyond=0.25)
+    rows = json.loads(a.crossval.read_text())["rows"]
+    data = discover()
+    pts = row_points(rows, data)
     nodes = [node_of(p, data.sources.get(id(p), "")) for p in pts]
     same: dict[tuple, list[int]] = {}
     for i, p in enumerate(pts):

@@ -156,3 +156,22 @@ def test_a_sweep_that_set_vllms_output_chunk_in_its_launch_env_is_read_as_the_ex
     assert all("chunk=512" in point_label(p) for p in chunked)
     rest = [p for p in data.points if p not in chunked]
     assert all("output_proc_chunk" not in p.trial.config.extras for p in rest)
+
+
+def test_a_precision_effect_counts_as_resolved_only_where_its_levels_rounds_do_not_overlap():
+    from benchmarks.crossval_precision import base_key, resolved
+    from benchmarks.crossval_worst import round_range
+
+    data = discover(DEFAULT_ROOTS)
+
+    def level(weights, c):
+        return next(p for p in data.points if "h100-vllm-s-" in data.sources[id(p)]
+                    and p.concurrency == c and p.trial.config.weights == weights)
+
+    # sweep s: FP8 weights +15% at c=192 inside BF16's spread of rounds, -8% at c=256 outside
+    assert resolved(round_range(level("fp8", 192)), round_range(level("bf16", 192))) is False
+    assert resolved(round_range(level("fp8", 256)), round_range(level("bf16", 256))) is True
+    assert resolved((1.0, 2.0), None) is None  # a level of one round says nothing
+    row = {"config": "vllm tp1 fp8 kv=fp8 graphs", "source": "s", "shape": "x",
+           "prompt_tokens": 1024, "concurrency": 256}
+    assert base_key(row) == "vllm tp1 bf16 kv=auto graphs|s|x|1024|256"
