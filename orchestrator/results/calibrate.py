@@ -141,11 +141,16 @@ def predict_points(points: list[Point], spec: SweepSpec, shape: ModelShape, prof
     return out
 
 
-def _frontend_binds(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: str,
-                    start: dict[str, float]) -> bool:
-    """Whether the front end's streaming could set some point's decode step: at twice its
-    cost it would outlast the engine's step at the point's running count. Where it cannot,
-    its factors say nothing to the points and stay where they are."""
+def _front_end(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: str,
+               start: dict[str, float]) -> tuple[bool, bool]:
+    """What the points can say of the front end, from the model at ``start``:
+
+    - **binds**: its streaming could set some point's decode step (at twice its cost it
+      would outlast the engine's step at the point's running count); where it cannot, its
+      factors say nothing to the points and stay where they are;
+    - **splits**: some point runs more sequences than the engine's output chunk, so its
+      steps' outputs are handed over in parts (the split cost, seen apart from the rest)."""
+    binds = splits = False
     for p in points:
         s = p.spec or spec
         w, cfg = s.workload, sim_settings(p.trial.config)
@@ -153,23 +158,10 @@ def _frontend_binds(points: list[Point], spec: SweepSpec, shape: ModelShape, pro
                                  jitter=0.0, overrides=start)
         n = min(p.concurrency, engine.max_num_seqs)
         batch = BatchShape(decode_seqs=n, decode_ctx=n * (w.prompt_tokens + w.output_tokens // 2))
-        if 2 * engine.model.frontend(n) >= engine.model.engine_time(batch):
-            return True
-    return False
-
-
-def _front_end_splits(points: list[Point], spec: SweepSpec, shape: ModelShape,
-                      profile: str, start: dict[str, float]) -> bool:
-    """Whether some point runs more sequences than the engine's output chunk: its steps'
-    outputs are handed over in parts, the one cost such a level sees apart from the rest."""
-    for p in points:
-        s = p.spec or spec
-        engine, _ = build_engine(p.shape or shape, get_hardware(s.hardware), profile,
-                                 sim_settings(p.trial.config), jitter=0.0, overrides=start)
+        binds = binds or 2 * engine.model.frontend(n) >= engine.model.engine_time(batch)
         chunk = engine.model.output_chunk
-        if chunk is not None and min(p.concurrency, engine.max_num_seqs) > chunk:
-            return True
-    return False
+        splits = splits or (chunk is not None and n > chunk)
+    return binds, splits
 
 
 def _residuals(points: list[Point], preds: list[dict[str, float]]) -> list[float]:
@@ -261,7 +253,7 @@ def calibrate(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: 
              "eager_us_per_layer": any(not c.cuda_graphs for c in cfgs),
              "graph_us_per_layer": graphs,
              "piecewise_us_per_layer": graphs and get_profile(profile).piecewise_graphs}
-    front = _frontend_binds(points, spec, shape, profile, start)
+    front, splits = _front_end(points, spec, shape, profile, start)
     needs |= {"frontend_tok_us": front, "frontend_stream_us": front,
               "frontend_split_tok_us": front, "frontend_backlog_steps": front}
     needs["host_scale"] = host
@@ -269,7 +261,7 @@ def calibrate(points: list[Point], spec: SweepSpec, shape: ModelShape, profile: 
         held = set(HOST_TERMS)
         if graphs and needs["eager_us_per_layer"]:  # both kinds of launch measured
             held.discard("eager_us_per_layer")
-        if _front_end_splits(points, spec, shape, profile, start):
+        if splits:
             held.discard("frontend_split_tok_us")  # a level above the output chunk
         freeze = freeze | held  # a caller's own freeze still holds
     keys = [k for k in FITTABLE if needs.get(k, True) and k not in freeze]
