@@ -17,7 +17,8 @@ is beyond ``--beyond``, the same node's other measurements of the same engine st
 The spread of those (max / min - 1) is what the node itself could not repeat: a model's error
 on that level below the spread cannot be told from noise. Beside them, the level's own rounds
 (each a full pass of its requests; the level's figure is their median) and how far the
-prediction lies beyond the range they span (0 inside it). Markdown to stdout.
+prediction lies beyond the range they span (0 inside it), and its TTFT p50 measured and
+predicted. Markdown to stdout.
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ def beyond_range(predicted: float, lo: float, hi: float) -> float:
     return 0.0
 
 
+def _ttft(row: dict, fold: str) -> str:
+    m, p = row["measured"].get("ttft_p50_ms"), row[fold].get("ttft_p50_ms")
+    return "-" if not m or not p else f"{m:.0f} / {p:.0f}"
+
+
 def fold_args(doc: str, beyond: float) -> argparse.Namespace:
     """The command line these scripts share: a crossval JSON, a fold, a threshold."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
@@ -96,8 +102,8 @@ def main() -> None:
     for i, p in enumerate(pts):
         same.setdefault((nodes[i], *_state(p)), []).append(i)
     print(f"| level ({a.fold}) | node | error | same engine state on that node: tok/s | "
-          "spread | its rounds: tok/s | beyond them |")
-    print("|---|---|---|---|---|---|---|")
+          "spread | its rounds: tok/s | beyond them | TTFT p50 ms measured / predicted |")
+    print("|---|---|---|---|---|---|---|---|")
     worst = sorted((i for i, r in enumerate(rows)
                     if abs((r.get("err_" + a.fold) or {}).get("output_tok_s") or 0) > a.beyond),
                    key=lambda i: -abs(rows[i]["err_" + a.fold]["output_tok_s"]))
@@ -114,7 +120,8 @@ def main() -> None:
             beyond = f"{beyond_range(rows[i][a.fold]['output_tok_s'], *rr):+.1%}"
         print(f"| {rows[i]['point']} | {nodes[i]} | "
               f"{rows[i]['err_' + a.fold]['output_tok_s']:+.1%} | {seen} | "
-              f"{'-' if spread is None else f'{spread:.1%}'} | {rounds} | {beyond} |")
+              f"{'-' if spread is None else f'{spread:.1%}'} | {rounds} | {beyond} | "
+              f"{_ttft(rows[i], a.fold)} |")
 
 
 if __name__ == "__main__":

@@ -26,10 +26,18 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from crossval_data import discover, parse_factors, point_label  # noqa: E402
 
 from orchestrator.planning.model_error import shape_key  # noqa: E402
-from orchestrator.results.calibrate import calibrate, predict_points  # noqa: E402
+from orchestrator.results.calibrate import Point, calibrate, predict_points  # noqa: E402
 
 PROFILE_LEVELS = (1, 32)
 METRICS = ("output_tok_s", "itl_p50_ms", "ttft_p50_ms")
+
+
+def is_reference(p: Point) -> bool:
+    """The config a profile level above the output chunk is measured on: TP 1, BF16, auto
+    KV, CUDA graphs, vLLM's default ``max_num_seqs`` (256), no extras."""
+    c = p.trial.config
+    return (c.tp == 1 and c.weights == "bf16" and c.kv_dtype == "auto" and c.cuda_graphs
+            and c.max_num_seqs in (None, 256) and not c.extras)
 
 
 def _newest_crossval() -> Path:
@@ -59,11 +67,9 @@ def main() -> None:
     lomo = next((f for f in cv["folds"] if f["kind"] == "lomo" and f["name"] == key), None)
     if lomo is None:
         raise SystemExit(f"{cv_path}: no leave-one-model-out fold for {key}")
-    def profiled(p) -> bool:
-        c = p.trial.config
-        return p.concurrency in PROFILE_LEVELS or (
-            p.concurrency == a.extra_level and c.weights == "bf16" and c.kv_dtype == "auto"
-            and c.cuda_graphs and c.max_num_seqs in (None, 256))
+    def profiled(p: Point) -> bool:
+        return p.concurrency in PROFILE_LEVELS or (p.concurrency == a.extra_level
+                                                   and is_reference(p))
     profile = [p for p in points if profiled(p)]
     rest = [p for p in points if not profiled(p)]
     start = dict(lomo["fitted"])

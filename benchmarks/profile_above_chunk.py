@@ -14,7 +14,8 @@ sweep's model shape, then ``calibrate(host=True)`` on the sweep's own profile le
 
 Both are scored on the same levels: every level of the sweep but the union of both
 profiles. Per sweep: output tok/s mean |error| and worst, and the same over the levels above
-the chunk alone. Then the same over all sweeps' levels. Markdown to stdout.
+the chunk alone. Then the same over all sweeps' levels, and per sweep the reference
+config's ITL at c=256 over its ITL at c=1. Markdown to stdout.
 """
 
 from __future__ import annotations
@@ -29,22 +30,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from crossval_data import discover  # noqa: E402
-from node_prediction import PROFILE_LEVELS, _newest_crossval  # noqa: E402
+from node_prediction import PROFILE_LEVELS, _newest_crossval, is_reference  # noqa: E402
 
+from actors.sim.perf import get_profile  # noqa: E402
 from orchestrator.planning.model_error import shape_key  # noqa: E402
 from orchestrator.results.calibrate import Point, calibrate, predict_points  # noqa: E402
 
-CHUNK = 128  # vLLM 0.26's VLLM_V1_OUTPUT_PROC_CHUNK_SIZE (the sim's vLLM profile: output_chunk)
-
-
-def _reference(p: Point) -> bool:
-    c = p.trial.config
-    return (c.weights == "bf16" and c.kv_dtype == "auto" and c.cuda_graphs
-            and c.max_num_seqs in (None, 256) and not c.extras and c.tp == 1)
+#: vLLM's output chunk, as the sim's vLLM profile holds it (VLLM_V1_OUTPUT_PROC_CHUNK_SIZE)
+CHUNK = get_profile("vllm").output_chunk or 0
 
 
 def above_chunk_level(points: list[Point]) -> int | None:
-    levels = sorted({p.concurrency for p in points if _reference(p) and p.concurrency > CHUNK})
+    levels = sorted({p.concurrency for p in points if is_reference(p) and p.concurrency > CHUNK})
     if not levels:
         return None
     return min(levels, key=lambda c: (abs(c - 1.5 * CHUNK), c))
@@ -64,6 +61,19 @@ def _summary(errs: list[float]) -> str:
     if not errs:
         return "-"
     return f"{statistics.mean(map(abs, errs)):.1%} / {max(errs, key=abs):+.1%}"
+
+
+def itl_ratio_rows(sweeps: list[Path]) -> list[str]:
+    """Per sweep, the reference config's ITL p50 at c=1 and at c=256 and their ratio: how
+    much slower a stream is at 256 (split steps, front-end bound) than alone on that node."""
+    out = []
+    for sweep in sweeps:
+        ref = {p.concurrency: p for p in discover([sweep]).points if is_reference(p)}
+        lo, hi = ref.get(1), ref.get(256)
+        if lo and hi and lo.measured.get("itl_p50_ms") and hi.measured.get("itl_p50_ms"):
+            a, b = lo.measured["itl_p50_ms"], hi.measured["itl_p50_ms"]
+            out.append(f"| {sweep.name} | {a:.2f} | {b:.2f} | {b / a:.1f} |")
+    return out
 
 
 def main() -> None:
@@ -87,7 +97,7 @@ def main() -> None:
         if lomo is None:
             continue
         base = [p for p in points if p.concurrency in PROFILE_LEVELS]
-        plus = base + [p for p in points if p.concurrency == extra and _reference(p)]
+        plus = base + [p for p in points if p.concurrency == extra and is_reference(p)]
         scored = [p for p in points if p not in plus]
         if not base or not scored:
             continue
@@ -106,6 +116,8 @@ def main() -> None:
           f"{_summary(total['b'])} | {_summary(total['a_hi'])} | {_summary(total['b_hi'])} |")
     for name, errs in (("c=1, 32", total["a"]), ("+ extra", total["b"])):
         print(f"\n{name}: levels beyond 25%: {sum(abs(e) > 0.25 for e in errs)} of {len(errs)}")
+    print("\n| sweep | ITL p50 at c=1, ms | at c=256 | ratio |\n|---|---|---|---|")
+    print("\n".join(itl_ratio_rows(sweeps)))
 
 
 if __name__ == "__main__":
